@@ -1,0 +1,157 @@
+"""The RedisBloom backend: BF.* commands of the RedisBloom module (or Redis 8's built-in copy).
+
+BF.SCANDUMP's first reply carries a packed little-endian header that is the only place the
+server exposes each sub-filter's error rate, bit count and hash count; the later replies are
+the raw bit arrays, chunked but never across sub-filters, which is what ``bit_fill`` popcounts.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from bloomctl.backends import FilterState, SubFilterState
+from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, WrongType
+from bloomctl.keys import to_display
+from bloomctl.planner import Plan
+
+NAME = "redisbloom"
+REDIS_TYPE = b"MBbloom--"
+OPT_NO_SCALING = 8
+
+_HEADER = struct.Struct("<QIII")  # items, nfilters, options, growth
+_LINK = struct.Struct("<QQQddIQB")  # bytes, bits, items, error, bpe, hashes, capacity, n2
+
+
+def parse_scandump_header(blob: bytes) -> tuple[int, int, int, list[SubFilterState]]:
+    """Decode the header of ``BF.SCANDUMP key 0`` into (items, options, growth, sub-filters)."""
+    if len(blob) < _HEADER.size:
+        raise ValueError(f"SCANDUMP header too short ({len(blob)} bytes)")
+    items, nfilters, options, growth = _HEADER.unpack_from(blob, 0)
+    expected = _HEADER.size + nfilters * _LINK.size
+    if len(blob) != expected:
+        raise ValueError(f"SCANDUMP header is {len(blob)} bytes, expected {expected} for {nfilters} sub-filters")
+    subs = []
+    for index in range(nfilters):
+        nbytes, bits, sub_items, error, _bpe, hashes, capacity, _n2 = _LINK.unpack_from(
+            blob, _HEADER.size + index * _LINK.size
+        )
+        subs.append(SubFilterState(index, capacity, sub_items, error, hashes, bits, nbytes))
+    return items, options, growth, subs
+
+
+def _bf_error(exc: Exception, key: bytes) -> Exception:
+    text = str(exc)
+    name = to_display(key)
+    if "not found" in text:
+        return KeyMissing(f"no filter at key {name!r}")
+    if text.startswith("WRONGTYPE"):
+        return WrongType(f"key {name!r} is not a RedisBloom filter")
+    if "item exists" in text:
+        return StateConflict(f"key {name!r} already exists")
+    if "unknown command" in text.lower():
+        return UnsupportedServer(f"the server does not know this command: {text}")
+    return exc
+
+
+def _call(client: Any, key: bytes, *args: Any) -> Any:
+    import redis
+
+    try:
+        return client.execute_command(*args)
+    except redis.exceptions.ResponseError as exc:
+        raise _bf_error(exc, key) from None
+
+
+def reserve(client: Any, key: bytes, plan: Plan) -> None:
+    args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
+    if plan.scaling:
+        args += ["EXPANSION", plan.expansion]
+    else:
+        args.append("NONSCALING")
+    _call(client, key, *args)
+
+
+def _info_int(value: Any) -> int | None:
+    if isinstance(value, list):  # BF.INFO key FIELD: a one-element array on RedisBloom
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+def info(client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
+    """BF.INFO, and the SCANDUMP header for the per-sub-filter numbers when the server has it."""
+    raw = _call(client, key, "BF.INFO", key)
+    if isinstance(raw, dict):
+        fields = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+    else:
+        fields = {(raw[i].decode() if isinstance(raw[i], bytes) else raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+    expansion = _info_int(fields.get("Expansion rate"))
+    state = FilterState(
+        backend=NAME,
+        capacity=_info_int(fields["Capacity"]) or 0,
+        size_bytes=_info_int(fields["Size"]) or 0,
+        filters=_info_int(fields["Number of filters"]) or 0,
+        items=_info_int(fields["Number of items inserted"]) or 0,
+        expansion=expansion,
+    )
+    if not with_header:
+        return state
+    try:
+        _iter, blob = _call(client, key, "BF.SCANDUMP", key, 0)
+    except UnsupportedServer:
+        return state
+    _items, options, _growth, subs = parse_scandump_header(blob)
+    if options & OPT_NO_SCALING:
+        state = replace(state, expansion=None)
+    return replace(state, subfilters=tuple(subs))
+
+
+def bit_fill(client: Any, key: bytes) -> FilterState:
+    """Stream BF.SCANDUMP and popcount every chunk: the true bit fill of each sub-filter.
+
+    Memory stays at one chunk (at most 16 MiB) whatever the filter's size. Chunks never span
+    sub-filters, so each is attributed by the running byte offset.
+    """
+    state = info(client, key)
+    if not state.subfilters:
+        raise UnsupportedServer("this server has no BF.SCANDUMP, which --exact needs")
+    counts = [0] * len(state.subfilters)
+    ends = []
+    total = 0
+    for sub in state.subfilters:
+        total += sub.bytes
+        ends.append(total)
+    offset, current, cursor = 0, 0, 1
+    while True:
+        cursor, chunk = _call(client, key, "BF.SCANDUMP", key, cursor)
+        if cursor == 0:
+            break
+        while current < len(ends) and offset >= ends[current]:
+            current += 1
+        if current >= len(ends) or offset + len(chunk) > ends[current]:
+            raise StateConflict(f"filter {to_display(key)!r} changed shape during the scan; run again")
+        counts[current] += int.from_bytes(chunk, "little").bit_count()
+        offset += len(chunk)
+    if offset != total:
+        raise StateConflict(f"filter {to_display(key)!r} scan returned {offset} bytes, expected {total}; run again")
+    subs = tuple(replace(sub, bits_set=count) for sub, count in zip(state.subfilters, counts, strict=False))
+    return replace(state, subfilters=subs)
+
+
+def card(client: Any, key: bytes) -> int:
+    return int(_call(client, key, "BF.CARD", key))
+
+
+def madd(client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    if not items:
+        return []
+    replies = _call(client, key, "BF.MADD", key, *items)
+    return [reply == 1 for reply in replies]
+
+
+def mexists(client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    if not items:
+        return []
+    return [reply == 1 for reply in _call(client, key, "BF.MEXISTS", key, *items)]

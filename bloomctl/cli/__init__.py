@@ -1,0 +1,113 @@
+"""The ``bloomctl`` command line: global options, the command tree, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from bloomctl import __version__
+from bloomctl.cli.context import AppContext
+from bloomctl.errors import BloomctlError, ExitCode
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _fail(code: int, message: str) -> None:
+    click.echo(f"bloomctl: error: {message}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def _is_redis_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] == "redis"
+
+
+class BloomctlGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BloomctlError as exc:
+            _fail(exc.exit_code, str(exc))
+        except KeyboardInterrupt:
+            _fail(ExitCode.INTERRUPTED, "interrupted")
+        except Exception as exc:
+            if not _is_redis_error(exc):
+                raise
+            from bloomctl.connection import connection_error
+
+            app = ctx.find_object(AppContext)
+            settings = app.settings if app is not None else None
+            if settings is None:
+                _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}")
+            _fail(ExitCode.CONNECTION, str(connection_error(exc, settings)))
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.Exit:
+            raise
+        except (SystemExit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug: one line, then the traceback for the report
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+            click.echo(f"bloomctl: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
+            sys.exit(ExitCode.INTERNAL)
+
+
+@click.group(cls=BloomctlGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "-V", "--version", prog_name="bloomctl")
+@click.option(
+    "--url",
+    "-u",
+    metavar="URL",
+    help="redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path. [env: BLOOMCTL_URL; default: redis://localhost:6379/0]",
+)
+@click.option(
+    "--cluster/--no-cluster", default=None, help="Talk to a Redis Cluster (default: detected from the server)."
+)
+@click.option(
+    "--password-file",
+    type=click.Path(dir_okay=False),
+    help="Read the password from this file (when the URL has none). [env: BLOOMCTL_PASSWORD holds the password itself]",
+)
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate for rediss://.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Client certificate for rediss://.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="Client key for rediss://.")
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for a connection.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for a reply.",
+)
+@click.pass_context
+def main(ctx: click.Context, **connection: Any) -> None:
+    """Run the lifecycle of Bloom filters kept in Redis: plan, reserve, inspect, check and swap.
+
+    \b
+    Exit codes: 0 ok, 1 check failed, 2 usage, 3 connection/server, 4 unsupported server,
+    5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error.
+    """
+    app = AppContext(**connection)
+    ctx.obj = app
+    ctx.call_on_close(app.close)
+
+
+from bloomctl.cli import cutover, fill, filters, plan  # noqa: E402  (commands register on `main`)
+
+main.add_command(plan.plan_command)
+main.add_command(filters.reserve_command)
+main.add_command(filters.info_command)
+main.add_command(fill.fill_ratio_command)
+main.add_command(cutover.swap_command)
+main.add_command(cutover.rollback_command)

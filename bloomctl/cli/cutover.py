@@ -1,0 +1,132 @@
+"""``bloomctl swap`` and ``bloomctl rollback``: the atomic cutover between a standby and the active filter."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import format_option, yes_option
+from bloomctl.cli.render import emit_json
+from bloomctl.errors import StateConflict
+from bloomctl.keys import to_display
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes or not sys.stdin.isatty():
+        return
+    if not click.confirm(question, default=False, err=True):
+        raise StateConflict("not confirmed: nothing changed")
+
+
+@click.command("swap")
+@click.argument("key")
+@click.option(
+    "--standby", metavar="NAME", help="The filter to swap in [default: the standby of KEY, e.g. {KEY}:standby]."
+)
+@click.option(
+    "--keep-old",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",
+)
+@click.option(
+    "--min-ratio",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="Refuse when the standby has fewer items than this fraction of the active filter's.",
+)
+@click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")
+@yes_option
+@format_option("text", "json")
+@click.pass_obj
+def swap_command(
+    app: AppContext,
+    key: str,
+    standby: str | None,
+    keep_old: float,
+    min_ratio: float,
+    allow_shrink: bool,
+    yes: bool,
+    output_format: str,
+) -> None:
+    """Atomically replace the filter KEY with its standby (one Lua call: readers never see KEY missing).
+
+    The replaced filter moves to the "old" key (kept for --keep-old seconds, else unlinked:
+    freed in the background), and the metadata moves with each filter. Refuses when the
+    standby is missing, not a Bloom filter, or much smaller than KEY.
+
+    \b
+    Examples:
+      bloomctl swap users --yes
+      bloomctl swap users --keep-old 3600        # `bloomctl rollback users` within the hour
+      bloomctl swap 'bf:{users}' --standby 'bf:{users}:v2' --allow-shrink
+    """
+    from bloomctl import lifecycle
+
+    prepared = lifecycle.prepare_swap(
+        app.client, app.server, key, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink
+    )
+    active_items = prepared.active_state.items if prepared.active_state else None
+    _confirm(
+        f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into {key!r}"
+        + (f" ({active_items:,} items now)" if active_items is not None else " (absent now)")
+        + "?",
+        yes,
+    )
+    replaced = lifecycle.swap(app.client, prepared, keep_old_seconds=keep_old)
+    old = to_display(prepared.family.old)
+    if output_format == "json":
+        emit_json(
+            {
+                "key": key,
+                "standby": to_display(prepared.standby),
+                "swapped": True,
+                "replaced": replaced,
+                "items": prepared.standby_state.items,
+                "previous_items": active_items,
+                "old": old if replaced and keep_old else None,
+                "keep_old_seconds": keep_old if replaced else None,
+            }
+        )
+        return
+    message = f"swapped: {key!r} now holds {prepared.standby_state.items:,} items"
+    if not replaced:
+        message += " (there was no previous filter)"
+    elif keep_old:
+        message += f"; the previous filter is kept as {old!r} for {keep_old:g}s (bloomctl rollback {key})"
+    else:
+        message += "; the previous filter was unlinked"
+    click.echo(message)
+
+
+@click.command("rollback")
+@click.argument("key")
+@yes_option
+@format_option("text", "json")
+@click.pass_obj
+def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -> None:
+    """Atomically restore the filter KEY had before the last swap (kept with swap --keep-old).
+
+    The filter being rolled back from becomes the standby, so `swap` can re-apply it.
+
+    \b
+    Example:
+      bloomctl rollback users --yes
+    """
+    from bloomctl import lifecycle
+    from bloomctl.keys import KeyFamily
+
+    family = KeyFamily.of(key)
+    _confirm(f"Roll {key!r} back to {to_display(family.old)!r}?", yes)
+    lifecycle.rollback(app.client, app.server, key)
+    if output_format == "json":
+        emit_json({"key": key, "rolled_back": True, "standby": to_display(family.standby)})
+    else:
+        click.echo(
+            f"rolled back: {key!r} holds the previous filter again; the replaced one is now {to_display(family.standby)!r}"
+        )

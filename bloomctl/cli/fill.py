@@ -1,0 +1,140 @@
+"""``bloomctl fill-ratio``: threshold checks for cron and CI, in text, JSON or Prometheus format."""
+
+from __future__ import annotations
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import format_option
+from bloomctl.cli.render import emit_json, fmt_rate
+from bloomctl.errors import ExitCode
+from bloomctl.fill import OVER, FillReport, Thresholds
+from bloomctl.keys import to_display
+
+PROMETHEUS_METRICS = (
+    ("bloomctl_fill_ratio", "Items inserted divided by the filter's capacity.", lambda r: r.state.fill_ratio),
+    ("bloomctl_items", "Items inserted (BF.INFO).", lambda r: r.state.items),
+    ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r: r.state.capacity),
+    ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r: r.state.size_bytes),
+    ("bloomctl_subfilters", "Number of sub-filters.", lambda r: r.state.filters),
+    ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r: r.state.estimated_fpr),
+    ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r: int(r.status == OVER)),
+)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def prometheus_text(reports: list[FillReport], warn: float, max_: float) -> str:
+    lines: list[str] = []
+    for name, help_text, getter in PROMETHEUS_METRICS:
+        samples = [(r, getter(r)) for r in reports]
+        samples = [(r, v) for r, v in samples if v is not None]
+        if not samples:
+            continue
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines += [f'{name}{{key="{_label(to_display(r.key))}"}} {float(v)!r}' for r, v in samples]
+    exact = [r for r in reports if r.state.exact]
+    if exact:
+        name = "bloomctl_bit_fill"
+        lines += [f"# HELP {name} Fraction of bits set in each sub-filter (measured).", f"# TYPE {name} gauge"]
+        for r in exact:
+            for sub in r.state.subfilters:
+                lines.append(f'{name}{{key="{_label(to_display(r.key))}",subfilter="{sub.index}"}} {sub.bit_fill!r}')
+    lines += [
+        "# HELP bloomctl_fill_ratio_threshold Thresholds the check used.",
+        "# TYPE bloomctl_fill_ratio_threshold gauge",
+        f'bloomctl_fill_ratio_threshold{{level="warn"}} {float(warn)!r}',
+        f'bloomctl_fill_ratio_threshold{{level="max"}} {float(max_)!r}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def text_line(r: FillReport) -> str:
+    s = r.state
+    parts = [
+        to_display(r.key),
+        r.status.upper(),
+        f"fill={s.fill_ratio:.4f}",
+        f"items={s.items}",
+        f"capacity={s.capacity}",
+        f"filters={s.filters}",
+        f"fpr={fmt_rate(s.estimated_fpr)}",
+    ]
+    if s.exact:
+        parts.append("bit_fill=" + ",".join(f"{sub.bit_fill:.4f}" for sub in s.subfilters))
+    if r.reasons:
+        parts.append("(" + "; ".join(r.reasons) + ")")
+    return " ".join(parts)
+
+
+@click.command("fill-ratio")
+@click.argument("keys", nargs=-1, required=True)
+@click.option(
+    "--warn",
+    "warn_at",
+    type=float,
+    default=0.8,
+    show_default=True,
+    help="Mark a filter WARN above this fill ratio (items / capacity).",
+)
+@click.option(
+    "--max",
+    "max_at",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Fail (exit 1) when a filter is above this fill ratio.",
+)
+@click.option(
+    "--max-fpr", type=float, default=None, help="Also fail when the estimated false-positive rate is above this."
+)
+@click.option("--exact", is_flag=True, help="Stream BF.SCANDUMP and popcount: true bit fill and FPR per sub-filter.")
+@format_option("text", "json", "prometheus")
+@click.pass_obj
+def fill_ratio_command(
+    app: AppContext,
+    keys: tuple[str, ...],
+    warn_at: float,
+    max_at: float,
+    max_fpr: float | None,
+    exact: bool,
+    output_format: str,
+) -> None:
+    """Check how full filters are: one line per filter, exit 1 when any is over --max.
+
+    KEYS are filter names or glob patterns (SCAN ... TYPE on every master; standby and
+    old companions are skipped). Write the prometheus format to a file for node_exporter's
+    textfile collector.
+
+    \b
+    Examples:
+      bloomctl fill-ratio users orders --max 0.9
+      bloomctl fill-ratio 'bf:*' --warn 0.7 --max 0.9 --format json
+      bloomctl fill-ratio 'bf:*' --exact --format prometheus > /var/lib/node_exporter/bloom.prom
+    """
+    from bloomctl.fill import fill_ratio
+
+    limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
+    if exact:
+        app.server.require_scandump("--exact")
+    else:
+        app.server.require_bloom()
+    reports = fill_ratio(app.client, list(keys), limits, exact=exact)
+    if output_format == "json":
+        emit_json(
+            {
+                "thresholds": {"warn": warn_at, "max": max_at, "max_fpr": max_fpr},
+                "filters": [r.as_dict() for r in reports],
+            }
+        )
+    elif output_format == "prometheus":
+        click.echo(prometheus_text(reports, warn_at, max_at), nl=False)
+    else:
+        for report in reports:
+            click.echo(text_line(report))
+    over = [to_display(r.key) for r in reports if r.status == OVER]
+    if over:
+        click.echo(f"bloomctl: {len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", err=True)
+        raise click.exceptions.Exit(ExitCode.CHECK_FAILED)

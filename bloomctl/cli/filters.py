@@ -1,0 +1,140 @@
+"""``bloomctl reserve`` and ``bloomctl info``: create a filter with guardrails, and inspect one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import format_option, resolve_expansion, sizing_options
+from bloomctl.cli.plan import render_plan
+from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
+from bloomctl.keys import to_display
+
+
+@click.command("reserve")
+@click.argument("key")
+@sizing_options
+@click.option("--dry-run", is_flag=True, help="Print the plan and check the key, create nothing.")
+@click.option(
+    "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
+)
+@format_option("table", "json")
+@click.pass_obj
+def reserve_command(
+    app: AppContext,
+    key: str,
+    capacity: int,
+    error_rate: float,
+    expansion: int | None,
+    nonscaling: bool,
+    dry_run: bool,
+    if_not_exists: bool,
+    output_format: str,
+) -> None:
+    """Create the Bloom filter KEY (BF.RESERVE) after printing its plan.
+
+    Refuses an existing key (exit 5) unless --if-not-exists and the existing filter has the
+    same capacity, error rate and expansion. Records the error rate, creation time and
+    bloomctl version in the metadata hash beside it ({KEY}:meta, same hash slot).
+
+    \b
+    Examples:
+      bloomctl reserve users --capacity 10M --error-rate 0.1%
+      bloomctl reserve 'bf:{users}' -c 1M -e 1% --nonscaling --if-not-exists
+      bloomctl reserve users -c 10M -e 0.001 --dry-run
+    """
+    from bloomctl import lifecycle
+    from bloomctl.planner import plan as make_plan
+
+    the_plan = make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling))
+    if output_format != "json":
+        render_plan(the_plan, output_format)
+    if dry_run:
+        app.server.require_bloom()
+        exists = lifecycle.key_type(app.client, key.encode("utf-8", "surrogateescape")) != b"none"
+        if output_format == "json":
+            emit_json({"plan": the_plan.as_dict(), "dry_run": True, "key_exists": exists})
+        else:
+            note(f"dry run: nothing created ({key!r} {'exists' if exists else 'does not exist'})")
+        return
+    result = lifecycle.reserve(app.client, app.server, key, the_plan, if_not_exists=if_not_exists)
+    if result.created and result.state.size_bytes != the_plan.size_bytes:
+        warn(
+            f"the server reports Size {result.state.size_bytes:,}, the plan predicted {the_plan.size_bytes:,} ({app.server.description})"
+        )
+    if output_format == "json":
+        emit_json({"plan": the_plan.as_dict(), "created": result.created, "filter": result.state.as_dict()})
+    elif result.created:
+        click.echo(f"created {key!r}: Size {result.state.size_bytes:,} bytes, capacity {result.state.capacity:,}")
+    else:
+        click.echo(f"{key!r} already exists with these parameters: nothing to do")
+
+
+def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [
+        ("key", data["key"]),
+        ("backend", data["backend"]),
+        ("capacity", f"{data['capacity']:,}"),
+        ("items", f"{data['items']:,}"),
+        ("fill ratio", f"{data['fill_ratio']:.2%}"),
+        ("estimated FPR now", fmt_rate(data["estimated_fpr"]) + ("  (measured bit fill)" if data["exact"] else "")),
+        ("sub-filters", str(data["filters"])),
+        ("expansion", "none (NONSCALING)" if data["nonscaling"] else str(data["expansion"])),
+        ("memory (BF.INFO Size)", f"{data['size_bytes']:,}  ({human_bytes(data['size_bytes'])})"),
+        ("ttl", "none" if data["ttl_seconds"] is None else f"{data['ttl_seconds']:.0f}s"),
+        ("slot", str(data["slot"]) + (f"  (node {data['node']})" if data["node"] else "")),
+    ]
+    for role, companion in data["companions"].items():
+        rows.append((role.replace("_", " "), f"{companion['key']}  ({'exists' if companion['exists'] else 'absent'})"))
+    for name, value in data["metadata"].items():
+        rows.append((f"meta {name}", value))
+    return rows
+
+
+@click.command("info")
+@click.argument("key")
+@click.option(
+    "--exact", is_flag=True, help="Scan the bits (BF.SCANDUMP) for the true fill and FPR of every sub-filter."
+)
+@format_option("table", "json", pipe_default="json")
+@click.pass_obj
+def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> None:
+    """Show the filter KEY: BF.INFO, fill, error rate and hashes per sub-filter, FPR now, TTL, companions, metadata.
+
+    \b
+    Examples:
+      bloomctl info users
+      bloomctl info 'bf:{users}' --format json | jq .fill_ratio
+      bloomctl info users --exact
+    """
+    from bloomctl import lifecycle
+
+    app.server.require_bloom()
+    description = lifecycle.describe(app.client, key, exact=exact)
+    data = description.as_dict()
+    if output_format == "json":
+        emit_json(data)
+        return
+    emit_pairs(f"Filter {to_display(description.key)}", describe_rows(data))
+    if data["subfilters"]:
+        emit_table(
+            "Sub-filters",
+            ["#", "capacity", "items", "error rate", "hashes", "bytes", "bit fill", "est. FPR"],
+            [
+                (
+                    s["index"],
+                    f"{s['capacity']:,}",
+                    f"{s['items']:,}",
+                    fmt_rate(s["error_rate"]),
+                    s["hashes"],
+                    f"{s['bytes']:,}",
+                    f"{s['bit_fill']:.2%}" + ("" if s["bits_set"] is not None else "*"),
+                    fmt_rate(s["estimated_fpr"]),
+                )
+                for s in data["subfilters"]
+            ],
+        )
+        if not data["exact"]:
+            note("* expected bit fill from the item count; --exact measures it")

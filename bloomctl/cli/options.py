@@ -1,0 +1,99 @@
+"""Options shared by several commands, defined once."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+def format_option(*choices: str, tty_default: str | None = None, pipe_default: str | None = None) -> Callable[[F], F]:
+    """``--format``: the first choice is the default on a terminal, ``pipe_default`` elsewhere."""
+    tty_default = tty_default or choices[0]
+    pipe_default = pipe_default or tty_default
+    default_text = tty_default if tty_default == pipe_default else f"{tty_default} on a terminal, else {pipe_default}"
+
+    def resolve(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
+        if value:
+            return value
+        return tty_default if sys.stdout.isatty() else pipe_default
+
+    return click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(choices),
+        default=None,
+        callback=resolve,
+        help=f"Output format [default: {default_text}].",
+    )
+
+
+def yes_option(f: F) -> F:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")(f)
+
+
+def _parse_capacity(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    from bloomctl.errors import UsageError
+    from bloomctl.planner import parse_count
+
+    if value is None:
+        return None
+    try:
+        return parse_count(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _parse_error_rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from bloomctl.errors import UsageError
+    from bloomctl.planner import parse_error_rate
+
+    if value is None:
+        return None
+    try:
+        return parse_error_rate(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def sizing_options(f: F) -> F:
+    """--capacity, --error-rate, --expansion, --nonscaling: the arguments of BF.RESERVE."""
+    f = click.option(
+        "--nonscaling",
+        is_flag=True,
+        help="Never grow: BF.ADD fails once the filter is full (plain error rate, no 0.5 tightening).",
+    )(f)
+    f = click.option(
+        "--expansion",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Growth factor of each new sub-filter when full [default: 2].",
+    )(f)
+    f = click.option(
+        "--error-rate",
+        "-e",
+        required=True,
+        callback=_parse_error_rate,
+        help="Target false-positive rate: 0.01 or 1%.",
+    )(f)
+    f = click.option(
+        "--capacity",
+        "-c",
+        required=True,
+        callback=_parse_capacity,
+        help="Items the first sub-filter holds: 1000000, 1_000_000, 1e6, 1M or 2.5k.",
+    )(f)
+    return f
+
+
+def resolve_expansion(expansion: int | None, nonscaling: bool) -> int | None:
+    """The planner's expansion: None for NONSCALING."""
+    if nonscaling and expansion is not None:
+        raise click.UsageError("--expansion and --nonscaling exclude each other")
+    if nonscaling:
+        return None
+    return 2 if expansion is None else expansion

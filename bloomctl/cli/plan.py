@@ -1,0 +1,75 @@
+"""``bloomctl plan``: capacity planning, no server needed."""
+
+from __future__ import annotations
+
+import click
+
+from bloomctl.cli.options import _parse_capacity, format_option, resolve_expansion, sizing_options
+from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, warn
+from bloomctl.planner import Plan, plan
+
+
+def plan_rows(p: Plan) -> list[tuple[str, str]]:
+    extra = p.size_bytes / p.naive_bytes - 1 if p.naive_bytes else 0
+    return [
+        ("capacity", f"{p.capacity:,}"),
+        ("error rate", fmt_rate(p.error_rate)),
+        ("expansion", str(p.expansion) if p.scaling else "none (NONSCALING)"),
+        ("first sub-filter error", fmt_rate(p.first.error_rate) + ("  (x0.5 tightening)" if p.scaling else "")),
+        ("bits per item", f"{p.first.bits_per_item:.4f}"),
+        ("hashes (k)", str(p.first.hashes)),
+        ("first sub-filter", f"{p.first.bits:,} bits = {human_bytes(p.first.bytes)}"),
+        ("size_bytes (BF.INFO Size)", f"{p.size_bytes:,}  ({human_bytes(p.size_bytes)})"),
+        ("naive -n ln p / ln2^2", f"{p.naive_bytes:,}  (RedisBloom needs {extra:+.1%})"),
+    ]
+
+
+def render_plan(p: Plan, output_format: str) -> None:
+    if output_format == "json":
+        emit_json(p.as_dict())
+        return
+    emit_pairs("Plan", plan_rows(p))
+    if p.items is not None:
+        emit_table(
+            f"Growth chain for {p.items:,} items",
+            ["#", "capacity", "error rate", "hashes", "bytes"],
+            [(s.index, f"{s.capacity:,}", fmt_rate(s.error_rate), s.hashes, f"{s.bytes:,}") for s in p.chain],
+        )
+        emit_pairs(
+            "",
+            [
+                ("sub-filters", str(len(p.chain))),
+                ("total capacity", f"{p.total_capacity:,}"),
+                ("total memory", f"{p.total_memory_bytes:,}  ({human_bytes(p.total_memory_bytes)})"),
+                ("compound false-positive rate", fmt_rate(p.compound_error_rate)),
+            ],
+        )
+    for message in p.warnings():
+        warn(message)
+
+
+@click.command("plan")
+@sizing_options
+@click.option(
+    "--items",
+    "-n",
+    callback=_parse_capacity,
+    help="Projected number of items: shows the growth chain, memory and compound error.",
+)
+@format_option("table", "json")
+def plan_command(
+    capacity: int, error_rate: float, expansion: int | None, nonscaling: bool, items: int | None, output_format: str
+) -> None:
+    """Predict what RedisBloom allocates for a filter, to the byte. Needs no server.
+
+    SIZE_BYTES is what BF.INFO Size reports right after BF.RESERVE with the same
+    arguments. A scaling filter (the default) builds its first sub-filter with half the
+    error rate, and halves it again for every sub-filter it adds when full.
+
+    \b
+    Examples:
+      bloomctl plan --capacity 1M --error-rate 1%
+      bloomctl plan -c 10M -e 0.001 --items 50M --format json
+      bloomctl plan -c 1e6 -e 0.01 --nonscaling --items 900k
+    """
+    render_plan(plan(capacity, error_rate, resolve_expansion(expansion, nonscaling), items), output_format)

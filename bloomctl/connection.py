@@ -1,0 +1,174 @@
+"""Connection: turn a URL and options into a redis-py client (standalone or Cluster).
+
+Secrets never leave this module in readable form: ``redact_url`` is the only way a URL is
+shown, and errors are rebuilt from the exception type and the redacted address.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bloomctl.errors import ConnectionFailed, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import redis
+
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "BLOOMCTL_URL"
+PASSWORD_ENV = "BLOOMCTL_PASSWORD"
+SCHEMES = ("redis", "rediss", "unix")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (also ``?password=`` in the query)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{hostport}" if sep else f"{user}@{hostport}"
+    query = "&".join(
+        f"{k}=***" if k.lower() == "password" else f"{k}={v}" if sep_ else k
+        for k, sep_, v in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def read_password_file(path: str | os.PathLike[str]) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read --password-file {os.fspath(path)!r}: {exc.strerror}") from None
+    return text.rstrip("\r\n")
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    url: str = DEFAULT_URL
+    cluster: bool | None = None  # None: detect from the server
+    password: str | None = None  # used only when the URL carries none
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    connect_timeout: float = 5.0
+    timeout: float = 30.0
+
+    def __repr__(self) -> str:  # never show the password, not even in a traceback
+        return f"ConnectionSettings(url={self.redacted_url!r}, cluster={self.cluster})"
+
+    @property
+    def redacted_url(self) -> str:
+        return redact_url(self.url)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        scheme = urlsplit(self.url).scheme.lower()
+        if scheme not in SCHEMES:
+            raise UsageError(
+                f"unsupported URL scheme {scheme!r} in {self.redacted_url}: use redis://, rediss:// or unix://"
+            )
+        if (self.tls_ca or self.tls_cert or self.tls_key) and scheme != "rediss":
+            raise UsageError("--tls-ca/--tls-cert/--tls-key need a rediss:// URL")
+        kwargs: dict[str, Any] = {
+            "socket_connect_timeout": self.connect_timeout,
+            "socket_timeout": self.timeout,
+            "decode_responses": False,
+        }
+        if self.password is not None and not urlsplit(self.url).password:
+            kwargs["password"] = self.password
+        if self.tls_ca:
+            kwargs["ssl_ca_certs"] = self.tls_ca
+        if self.tls_cert:
+            kwargs["ssl_certfile"] = self.tls_cert
+        if self.tls_key:
+            kwargs["ssl_keyfile"] = self.tls_key
+        return kwargs
+
+
+def settings_from(
+    url: str | None = None,
+    *,
+    cluster: bool | None = None,
+    password_file: str | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    connect_timeout: float = 5.0,
+    timeout: float = 30.0,
+    environ: dict[str, str] | None = None,
+) -> ConnectionSettings:
+    """Resolve the connection: flag > environment > default, for the URL and the password."""
+    env = os.environ if environ is None else environ
+    password = read_password_file(password_file) if password_file else env.get(PASSWORD_ENV) or None
+    return ConnectionSettings(
+        url=url or env.get(URL_ENV) or DEFAULT_URL,
+        cluster=cluster,
+        password=password,
+        tls_ca=tls_ca,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        connect_timeout=connect_timeout,
+        timeout=timeout,
+    )
+
+
+def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
+    """Open a client and check it answers. ``cluster=None`` asks the server whether it is a Cluster node."""
+    import redis
+
+    kwargs = settings.client_kwargs()
+    try:
+        if settings.cluster:
+            return _open_cluster(settings, kwargs)
+        client = redis.Redis.from_url(settings.url, **kwargs)
+        cluster_enabled = client.info("cluster").get("cluster_enabled") == 1
+        if cluster_enabled and settings.cluster is None:
+            client.close()
+            return _open_cluster(settings, kwargs)
+        return client
+    except redis.exceptions.RedisError as exc:
+        raise connection_error(exc, settings) from None
+    except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
+        raise UsageError(f"invalid --url {settings.redacted_url}: {_scrub(str(exc), settings)}") from None
+
+
+def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis.RedisCluster:
+    from redis.cluster import RedisCluster
+
+    if urlsplit(settings.url).scheme.lower() == "unix":
+        raise UsageError("a Redis Cluster is reached over TCP: use a redis:// or rediss:// URL with --cluster")
+    client = RedisCluster.from_url(settings.url, **kwargs)
+    client.ping(target_nodes=RedisCluster.ALL_NODES)
+    return client
+
+
+def _scrub(text: str, settings: ConnectionSettings) -> str:
+    """Remove every secret we know of from a message produced by a third party."""
+    secrets = [settings.password, urlsplit(settings.url).password]
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text.replace(settings.url, settings.redacted_url)
+
+
+def connection_error(exc: Exception, settings: ConnectionSettings) -> ConnectionFailed:
+    import redis
+
+    where = settings.redacted_url
+    if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        return ConnectionFailed(
+            f"authentication failed at {where} (check the URL's user and password, {PASSWORD_ENV} or --password-file)"
+        )
+    if isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc):
+        return ConnectionFailed(f"{where} requires a password: put it in the URL, {PASSWORD_ENV} or --password-file")
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return ConnectionFailed(f"timed out talking to {where}")
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        return ConnectionFailed(f"cannot connect to {where}: {_scrub(str(exc), settings)}")
+    return ConnectionFailed(f"server error at {where}: {_scrub(str(exc), settings)}")

@@ -1,0 +1,79 @@
+"""Typed exceptions of the library and the exit code each one maps to at the CLI edge.
+
+The library raises these; only ``bloomctl.cli`` turns them into a message on stderr and
+an exit code. The codes are a public interface documented in the README.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CHECK_FAILED = 1  # a threshold check failed (fill-ratio over --max)
+    USAGE = 2  # bad option or value (Click uses 2 too)
+    CONNECTION = 3  # cannot reach or talk to the server (refused, auth, timeout, server error)
+    UNSUPPORTED = 4  # the server lacks what the command needs (no BF.* commands, no SCANDUMP)
+    CONFLICT = 5  # the keys are not in the state the command needs (exists, missing, wrong type)
+    LOCKED = 6  # another bloomctl process holds the filter's lock
+    VERIFY_FAILED = 7  # a verification step found a missing item
+    SOURCE = 8  # the data source is unreadable or malformed
+    INTERNAL = 70  # a bug: please report it
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class BloomctlError(Exception):
+    """Base class: every error the library raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+
+class UsageError(BloomctlError):
+    """An argument or option value is invalid."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConnectionFailed(BloomctlError):
+    """The server cannot be reached, refused the credentials, timed out or answered an error."""
+
+    exit_code = ExitCode.CONNECTION
+
+
+class UnsupportedServer(BloomctlError):
+    """The server lacks the commands a step needs."""
+
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class StateConflict(BloomctlError):
+    """The keys are not in the state the command needs."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class KeyMissing(StateConflict):
+    """A key the command needs does not exist."""
+
+
+class WrongType(StateConflict):
+    """A key exists but holds something other than a Bloom filter."""
+
+
+class LockHeld(BloomctlError):
+    """Another process holds the filter's lock."""
+
+    exit_code = ExitCode.LOCKED
+
+
+class VerifyFailed(BloomctlError):
+    """A verification found items that should be present but are not."""
+
+    exit_code = ExitCode.VERIFY_FAILED
+
+
+class SourceError(BloomctlError):
+    """The data source could not be read."""
+
+    exit_code = ExitCode.SOURCE

@@ -1,0 +1,112 @@
+"""fill-ratio: measure how full filters are and judge them against thresholds.
+
+Patterns are expanded with SCAN ... TYPE on every master, so a cron job can watch all filters
+of a naming scheme without listing them. Companion keys (standby, old) are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from bloomctl.backends import FilterState
+from bloomctl.backends import redisbloom as rb
+from bloomctl.errors import KeyMissing, UsageError
+from bloomctl.keys import hash_tag, to_bytes, to_display
+from bloomctl.lifecycle import require_filter
+
+GLOB_CHARS = frozenset(b"*?[")
+COMPANION_SUFFIXES = (b":standby", b":old")
+
+OK, WARN, OVER = "ok", "warn", "over"
+
+
+def is_pattern(key: str | bytes) -> bool:
+    return any(ch in GLOB_CHARS for ch in to_bytes(key))
+
+
+def is_companion(key: bytes) -> bool:
+    """Standby and old keys made by bloomctl: they end in a role and always carry a hash tag."""
+    return key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None
+
+
+def scan_filters(client: Any, pattern: bytes, redis_type: bytes = rb.REDIS_TYPE, count: int = 1000) -> Iterator[bytes]:
+    """Keys matching ``pattern`` of the given Redis type, on every master of a cluster."""
+    if hasattr(client, "get_primaries"):
+        nodes = [client.get_redis_connection(node) for node in client.get_primaries()]
+    else:
+        nodes = [client]
+    seen: set[bytes] = set()
+    for node in nodes:
+        for key in node.scan_iter(match=pattern, count=count, _type=redis_type):
+            if key not in seen and not is_companion(key):
+                seen.add(key)
+                yield key
+
+
+def resolve_keys(client: Any, keys: list[str | bytes]) -> list[bytes]:
+    """Expand patterns; plain keys must exist. Raises KeyMissing when nothing at all matches."""
+    resolved: dict[bytes, None] = {}  # ordered and de-duplicated
+    for key in keys:
+        raw = to_bytes(key)
+        matches = sorted(scan_filters(client, raw)) if is_pattern(raw) else [raw]
+        resolved.update(dict.fromkeys(matches))
+    if not resolved:
+        raise KeyMissing(f"no Bloom filter matches {', '.join(to_display(k) for k in keys)}")
+    return list(resolved)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    warn: float = 0.8
+    max: float = 1.0
+    max_fpr: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.warn > 0:
+            raise UsageError(f"--warn must be positive, got {self.warn}")
+        if not self.max > 0:
+            raise UsageError(f"--max must be positive, got {self.max}")
+        if self.warn > self.max:
+            raise UsageError(f"--warn ({self.warn}) must not be above --max ({self.max})")
+        if self.max_fpr is not None and not 0 < self.max_fpr < 1:
+            raise UsageError(f"--max-fpr must be strictly between 0 and 1, got {self.max_fpr}")
+
+
+@dataclass(frozen=True)
+class FillReport:
+    key: bytes
+    state: FilterState
+    status: str
+    reasons: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {"key": to_display(self.key), "status": self.status, "reasons": list(self.reasons)}
+        data.update(self.state.as_dict())
+        return data
+
+
+def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
+    reasons = []
+    status = OK
+    if state.fill_ratio > limits.max:
+        status = OVER
+        reasons.append(f"fill {state.fill_ratio:.1%} > max {limits.max:.1%}")
+    fpr = state.estimated_fpr
+    if limits.max_fpr is not None and fpr is not None and fpr > limits.max_fpr:
+        status = OVER
+        reasons.append(f"estimated FPR {fpr:.3g} > max {limits.max_fpr:.3g}")
+    if status == OK and state.fill_ratio > limits.warn:
+        status = WARN
+        reasons.append(f"fill {state.fill_ratio:.1%} > warn {limits.warn:.1%}")
+    return FillReport(key, state, status, tuple(reasons))
+
+
+def measure(client: Any, key: bytes, *, exact: bool = False) -> FilterState:
+    require_filter(client, key)
+    return rb.bit_fill(client, key) if exact else rb.info(client, key)
+
+
+def fill_ratio(client: Any, keys: list[str | bytes], limits: Thresholds, *, exact: bool = False) -> list[FillReport]:
+    return [judge(key, measure(client, key, exact=exact), limits) for key in resolve_keys(client, keys)]

@@ -1,0 +1,330 @@
+"""Lifecycle: reserve, inspect, swap and roll back filters, keeping metadata beside each one.
+
+Every step that moves a filter runs as one Lua script over keys of a single hash slot
+(see ``bloomctl.keys``), so readers never observe the active key missing and Redis Cluster
+never answers CROSSSLOT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from bloomctl import __version__
+from bloomctl.backends import FilterState
+from bloomctl.backends import redisbloom as rb
+from bloomctl.errors import KeyMissing, StateConflict, WrongType
+from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.planner import Plan
+from bloomctl.server import ServerInfo
+
+DEFAULT_MIN_RATIO = 0.5
+
+TYPE_NAMES = {
+    b"MBbloom--": "a RedisBloom filter",
+    b"string": "a string",
+    b"hash": "a hash",
+    b"list": "a list",
+    b"set": "a set",
+    b"zset": "a sorted set",
+    b"stream": "a stream",
+    b"MBbloomCF": "a cuckoo filter",
+}
+
+
+def key_type(client: Any, key: bytes) -> bytes:
+    kind = client.type(key)
+    return kind if isinstance(kind, bytes) else str(kind).encode()
+
+
+def require_filter(client: Any, key: bytes, role: str = "filter") -> bytes:
+    """The key's Redis type, after checking it holds a Bloom filter bloomctl can manage."""
+    kind = key_type(client, key)
+    if kind == b"none":
+        raise KeyMissing(f"{role} {to_display(key)!r} does not exist")
+    if kind != rb.REDIS_TYPE:
+        raise WrongType(
+            f"{role} {to_display(key)!r} holds {TYPE_NAMES.get(kind, kind.decode(errors='replace'))}, not a Bloom filter"
+        )
+    return kind
+
+
+# --- metadata -------------------------------------------------------------------------------
+
+
+def metadata_for(plan: Plan, backend: str) -> dict[str, str]:
+    return {
+        "error_rate": repr(plan.error_rate),
+        "capacity": str(plan.capacity),
+        "expansion": str(plan.expansion) if plan.scaling else "nonscaling",
+        "backend": backend,
+        "created_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_by": f"bloomctl {__version__}",
+    }
+
+
+def read_metadata(client: Any, meta_key: bytes) -> dict[str, str]:
+    raw = client.hgetall(meta_key)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+
+
+# --- reserve --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    created: bool
+    state: FilterState
+
+
+def plan_matches(plan: Plan, state: FilterState) -> bool:
+    """Whether an existing filter was created with ``plan``'s arguments (as far as the server tells)."""
+    if state.expansion != plan.expansion:
+        return False
+    if state.subfilters:
+        first = state.subfilters[0]
+        return first.capacity == plan.capacity and math.isclose(first.error_rate, plan.first.error_rate, rel_tol=1e-12)
+    return state.filters == 1 and state.capacity == plan.capacity and state.size_bytes == plan.size_bytes
+
+
+def reserve(
+    client: Any, server: ServerInfo, key: str | bytes, plan: Plan, *, if_not_exists: bool = False
+) -> ReserveResult:
+    server.require_bloom()
+    family = KeyFamily.of(key)
+    kind = key_type(client, family.active)
+    if kind != b"none":
+        name = to_display(family.active)
+        if kind != rb.REDIS_TYPE:
+            raise WrongType(f"key {name!r} already holds {TYPE_NAMES.get(kind, kind.decode(errors='replace'))}")
+        state = rb.info(client, family.active)
+        if if_not_exists and plan_matches(plan, state):
+            return ReserveResult(created=False, state=state)
+        detail = "with different parameters" if if_not_exists else "(use --if-not-exists to accept a matching filter)"
+        raise StateConflict(
+            f"filter {name!r} already exists {detail}: capacity {state.capacity:,}, {state.items:,} items"
+        )
+    rb.reserve(client, family.active, plan)
+    client.delete(family.meta)
+    client.hset(family.meta, mapping=metadata_for(plan, rb.NAME))
+    return ReserveResult(created=True, state=rb.info(client, family.active))
+
+
+# --- inspect --------------------------------------------------------------------------------
+
+
+@dataclass
+class Description:
+    key: bytes
+    family: KeyFamily
+    state: FilterState
+    ttl_ms: int | None  # None: no expiry
+    companions: dict[str, bool]
+    metadata: dict[str, str]
+    slot: int
+    node: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"key": to_display(self.key)}
+        data.update(self.state.as_dict())
+        data.update(
+            ttl_seconds=None if self.ttl_ms is None else self.ttl_ms / 1000,
+            slot=self.slot,
+            node=self.node,
+            companions={
+                role: {"key": to_display(name), "exists": self.companions[role]}
+                for role, name in self.family.all_keys().items()
+                if role != "active"
+            },
+            metadata=self.metadata,
+        )
+        return data
+
+
+def describe(client: Any, key: str | bytes, *, exact: bool = False) -> Description:
+    family = KeyFamily.of(key)
+    require_filter(client, family.active)
+    state = rb.bit_fill(client, family.active) if exact else rb.info(client, family.active)
+    companions = {role: bool(client.exists(name)) for role, name in family.all_keys().items() if role != "active"}
+    ttl = client.pttl(family.active)
+    node = None
+    if hasattr(client, "get_node_from_key"):
+        owner = client.get_node_from_key(family.active)
+        node = f"{owner.host}:{owner.port}"
+    return Description(
+        key=family.active,
+        family=family,
+        state=state,
+        ttl_ms=ttl if ttl is not None and ttl >= 0 else None,
+        companions=companions,
+        metadata=read_metadata(client, family.meta),
+        slot=family.slot,
+        node=node,
+    )
+
+
+# --- swap and rollback ----------------------------------------------------------------------
+
+# KEYS: active, standby, old, active meta, standby meta, old meta.
+# ARGV: milliseconds to keep the old filter (0: unlink it now), the Redis type the standby must have.
+# UNLINK before RENAME: RENAME onto an existing key frees it synchronously and blocks the server.
+SWAP_LUA = """
+if redis.call('TYPE', KEYS[2])['ok'] ~= ARGV[2] then
+  return redis.error_reply('BLOOMCTL standby is missing or changed type')
+end
+redis.call('UNLINK', KEYS[3], KEYS[6])
+local had_active = redis.call('EXISTS', KEYS[1])
+if had_active == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[6]) end
+redis.call('RENAME', KEYS[2], KEYS[1])
+redis.call('PERSIST', KEYS[1])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('RENAME', KEYS[5], KEYS[4])
+  redis.call('PERSIST', KEYS[4])
+end
+local keep = tonumber(ARGV[1])
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[6], keep)
+else
+  redis.call('UNLINK', KEYS[3], KEYS[6])
+end
+return had_active
+"""
+
+# KEYS as above. The filter rolled back from becomes the standby, so `swap` can re-apply it.
+ROLLBACK_LUA = """
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return redis.error_reply('BLOOMCTL no old filter to roll back to')
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return redis.error_reply('BLOOMCTL a standby exists')
+end
+redis.call('UNLINK', KEYS[5])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[5]) end
+redis.call('RENAME', KEYS[3], KEYS[1])
+redis.call('PERSIST', KEYS[1])
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  redis.call('RENAME', KEYS[6], KEYS[4])
+  redis.call('PERSIST', KEYS[4])
+end
+return 1
+"""
+
+
+def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
+    return [family.active, standby, family.old, family.meta, family.standby_meta, family.old_meta]
+
+
+def _run_script(client: Any, source: str, keys: list[bytes], args: list[Any]) -> Any:
+    import redis
+
+    try:
+        return client.register_script(source)(keys=keys, args=args)
+    except redis.exceptions.ResponseError as exc:
+        text = str(exc)
+        if "BLOOMCTL" in text:
+            raise StateConflict(text.split("BLOOMCTL", 1)[1].strip()) from None
+        raise
+
+
+def atomic_swap(
+    client: Any,
+    family: KeyFamily,
+    *,
+    standby: bytes | None = None,
+    keep_old_ms: int = 0,
+    standby_type: bytes = rb.REDIS_TYPE,
+) -> bool:
+    """Move standby -> active and active -> old in one atomic step. True when an active filter was replaced."""
+    keys = _family_keys(family, standby or family.standby)
+    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type]))
+
+
+def atomic_rollback(client: Any, family: KeyFamily) -> None:
+    _run_script(client, ROLLBACK_LUA, _family_keys(family, family.standby), [])
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """What a swap would do, checked against the server; ``run`` performs it."""
+
+    family: KeyFamily
+    standby: bytes
+    standby_state: FilterState
+    active_state: FilterState | None
+
+    @property
+    def shrink_ratio(self) -> float | None:
+        if self.active_state is None or self.active_state.items == 0:
+            return None
+        return self.standby_state.items / self.active_state.items
+
+
+def _items(client: Any, server: ServerInfo, key: bytes, state: FilterState) -> int:
+    return rb.card(client, key) if server.has_card else state.items
+
+
+def prepare_swap(
+    client: Any,
+    server: ServerInfo,
+    key: str | bytes,
+    *,
+    standby: str | bytes | None = None,
+    min_ratio: float = DEFAULT_MIN_RATIO,
+    allow_shrink: bool = False,
+) -> SwapPlan:
+    server.require_bloom()
+    family = KeyFamily.of(key)
+    standby_key = to_bytes(standby) if standby is not None else family.standby
+    if standby_key == family.active:
+        raise StateConflict("the standby must be a different key from the active filter")
+    if server.cluster and KeyFamily.of(standby_key).slot != family.slot:
+        raise StateConflict(
+            f"standby {to_display(standby_key)!r} is in slot {KeyFamily.of(standby_key).slot}, the active filter in "
+            f"slot {family.slot}: on a cluster both must share a hash tag (default standby: {to_display(family.standby)!r})"
+        )
+    require_filter(client, standby_key, "standby")
+    standby_state = rb.info(client, standby_key, with_header=False)
+    standby_state = _with_items(standby_state, _items(client, server, standby_key, standby_state))
+    active_state = None
+    active_kind = key_type(client, family.active)
+    if active_kind != b"none":
+        require_filter(client, family.active, "active filter")
+        active_state = rb.info(client, family.active, with_header=False)
+        active_state = _with_items(active_state, _items(client, server, family.active, active_state))
+    result = SwapPlan(family, standby_key, standby_state, active_state)
+    ratio = result.shrink_ratio
+    if ratio is not None and ratio < min_ratio and not allow_shrink:
+        raise StateConflict(
+            f"standby has {standby_state.items:,} items, {ratio:.1%} of the active filter's {active_state.items:,} "
+            f"(guard: {min_ratio:.0%}); pass --allow-shrink if that is intended"
+        )
+    return result
+
+
+def _with_items(state: FilterState, items: int) -> FilterState:
+    return replace(state, items=items)
+
+
+def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0) -> bool:
+    return atomic_swap(client, prepared.family, standby=prepared.standby, keep_old_ms=int(keep_old_seconds * 1000))
+
+
+def rollback(client: Any, server: ServerInfo, key: str | bytes) -> None:
+    server.require_bloom()
+    family = KeyFamily.of(key)
+    if key_type(client, family.old) == b"none":
+        raise KeyMissing(
+            f"no old filter {to_display(family.old)!r} to roll back to (swap with --keep-old SECONDS keeps one)"
+        )
+    require_filter(client, family.old, "old filter")
+    if key_type(client, family.standby) != b"none":
+        raise StateConflict(
+            f"standby {to_display(family.standby)!r} exists; swap it in or delete it before rolling back"
+        )
+    atomic_rollback(client, family)

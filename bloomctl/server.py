@@ -1,0 +1,147 @@
+"""Server flavour detection: which Bloom filter commands this server offers, and from whom.
+
+One probe per process (COMMAND INFO for the BF.* commands bloomctl uses, INFO server, and
+MODULE LIST where allowed); the result says what is missing in words an operator can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bloomctl.errors import UnsupportedServer
+
+BF_COMMANDS = (
+    "bf.reserve",
+    "bf.add",
+    "bf.madd",
+    "bf.insert",
+    "bf.exists",
+    "bf.mexists",
+    "bf.info",
+    "bf.card",
+    "bf.scandump",
+    "bf.loadchunk",
+)
+
+NO_BLOOM_HELP = (
+    "load RedisBloom (redis.conf: loadmodule /path/to/redisbloom.so), or run Redis 8 (BF.* built in) or Redis Stack"
+)
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    product: str  # redis | valkey | dragonfly | kvrocks
+    version: str
+    flavour: str  # redisbloom | valkey-bloom | dragonfly | kvrocks | none
+    module_version: str | None
+    commands: frozenset[str]
+    cluster: bool
+
+    @property
+    def has_bloom(self) -> bool:
+        return "bf.reserve" in self.commands
+
+    @property
+    def has_scandump(self) -> bool:
+        return "bf.scandump" in self.commands
+
+    @property
+    def has_card(self) -> bool:
+        return "bf.card" in self.commands
+
+    @property
+    def description(self) -> str:
+        text = f"{self.product} {self.version}"
+        if self.flavour == "redisbloom":
+            text += f" with RedisBloom {self.module_version}" if self.module_version else " with RedisBloom"
+        elif self.flavour == "valkey-bloom":
+            text += " with valkey-bloom"
+        elif self.flavour == "none":
+            text += " without Bloom filter commands"
+        return text + (" (cluster)" if self.cluster else "")
+
+    def require_bloom(self) -> None:
+        if not self.has_bloom:
+            raise UnsupportedServer(f"{self.description} has no BF.* commands: {NO_BLOOM_HELP}")
+
+    def require_scandump(self, what: str) -> None:
+        self.require_bloom()
+        if not self.has_scandump:
+            raise UnsupportedServer(f"{self.description} has no BF.SCANDUMP, which {what} needs")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "product": self.product,
+            "version": self.version,
+            "flavour": self.flavour,
+            "module_version": self.module_version,
+            "cluster": self.cluster,
+        }
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _format_module_version(ver: int) -> str:
+    """RedisBloom reports 20820 for 2.8.20."""
+    return f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}"
+
+
+def detect(client: Any) -> ServerInfo:
+    from redis.cluster import RedisCluster
+
+    cluster = isinstance(client, RedisCluster)
+    info = client.info("server")
+    if cluster:  # RedisCluster returns {node: info}; every node runs the same build
+        info = next(iter(info.values())) if info and isinstance(next(iter(info.values())), dict) else info
+    product, version = "redis", _text(info.get("redis_version", "?"))
+    if "dragonfly_version" in info:
+        product, version = "dragonfly", _text(info["dragonfly_version"])
+    elif "kvrocks_version" in info:
+        product, version = "kvrocks", _text(info["kvrocks_version"])
+    elif _text(info.get("server_name", "")).lower() == "valkey" or "valkey_version" in info:
+        product, version = "valkey", _text(info.get("valkey_version", version))
+
+    # "COMMAND INFO" as one word skips redis-py's COMMAND parser, which fails on unknown names (nil)
+    replies = client.execute_command("COMMAND INFO", *BF_COMMANDS)
+    commands = frozenset(
+        name for name, reply in zip(BF_COMMANDS, _command_info_list(replies, len(BF_COMMANDS)), strict=False) if reply
+    )
+
+    module_version = None
+    try:
+        modules = client.execute_command("MODULE", "LIST")
+    except Exception:
+        modules = []
+    for module in modules or []:
+        fields = _pairs(module)
+        if _text(fields.get("name", "")).lower() in ("bf", "bloom", "redisbloom"):
+            ver = fields.get("ver")
+            module_version = _format_module_version(int(ver)) if isinstance(ver, int) else _text(ver)
+
+    if not commands:
+        flavour = "none"
+    elif product in ("dragonfly", "kvrocks"):
+        flavour = product
+    elif product == "valkey":
+        flavour = "valkey-bloom"
+    else:
+        flavour = "redisbloom"
+    return ServerInfo(product, version, flavour, module_version, commands, cluster)
+
+
+def _command_info_list(replies: Any, count: int) -> list[Any]:
+    """COMMAND INFO comes back as a list (or a dict when redis-py parses it): one entry per name."""
+    if isinstance(replies, dict):
+        return [replies.get(name) or replies.get(name.encode()) for name in BF_COMMANDS]
+    replies = list(replies or [])
+    return replies + [None] * (count - len(replies))
+
+
+def _pairs(module: Any) -> dict[str, Any]:
+    if isinstance(module, dict):
+        return {_text(k): v for k, v in module.items()}
+    items = list(module)
+    return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}

@@ -1,0 +1,192 @@
+"""Real redis-server processes for the tests: standalone and a multi-master Cluster.
+
+Each server runs in its own temporary directory on a free loopback port and is shut down
+by the fixture that started it. Nothing here mocks Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+MODULE_ENV = "BLOOMCTL_TEST_REDISBLOOM_MODULE"
+REDIS_SERVER = os.environ.get("BLOOMCTL_TEST_REDIS_SERVER") or shutil.which("redis-server")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def module_path() -> str | None:
+    path = os.environ.get(MODULE_ENV)
+    return path if path and Path(path).is_file() else None
+
+
+def free_port(need_bus: bool = False) -> int:
+    """A free TCP port on loopback (and port+10000 too, for a Cluster bus)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535 and need_bus:
+            continue
+        if need_bus:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no free port")
+
+
+class RedisServer:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        module: str | None = None,
+        extra: list[str] | None = None,
+        cluster: bool = False,
+        port: int | None = None,
+    ) -> None:
+        if not REDIS_SERVER:
+            raise RuntimeError("redis-server not found")
+        self.port = port or free_port(need_bus=cluster)
+        self.dir = workdir / f"redis-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.module = module
+        self.cluster = cluster
+        args = [
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(self.dir / "redis.log"),
+            "--unixsocket",
+            str(self.dir / "redis.sock"),
+            "--unixsocketperm",
+            "700",
+        ]
+        if module:
+            args += ["--loadmodule", module]
+        if cluster:
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(self.dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                "2000",
+            ]
+        args += extra or []
+        self.password = None
+        if "--requirepass" in args:
+            self.password = args[args.index("--requirepass") + 1]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self._wait()
+
+    @property
+    def socket_path(self) -> Path:
+        return self.dir / "redis.sock"
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **kwargs)
+
+    def _wait(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace") if (self.dir / "redis.log").exists() else ""
+                raise RuntimeError(f"redis-server exited ({self.process.returncode}): {log[-2000:]}")
+            try:
+                if self.client(socket_timeout=1).ping():
+                    return
+            except redis.exceptions.AuthenticationError:
+                return
+            except redis.exceptions.ResponseError as exc:
+                if "NOAUTH" in str(exc):
+                    return
+                raise
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stderr:
+            self.process.stderr.close()
+
+
+class RedisCluster:
+    """N masters (no replicas unless asked), slots spread by redis-cli --cluster create."""
+
+    def __init__(self, workdir: Path, masters: int = 3, replicas: int = 0, module: str | None = None) -> None:
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(masters * (1 + replicas)):
+                self.nodes.append(RedisServer(workdir, module=module, cluster=True))
+            cmd = [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in self.nodes],
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+            self._wait_ok()
+        except Exception:
+            self.stop()
+            raise
+
+    def _wait_ok(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            infos = [n.client().execute_command("CLUSTER INFO") for n in self.nodes]
+            if all(b"cluster_state:ok" in (i if isinstance(i, bytes) else str(i).encode()) for i in infos):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("cluster did not reach cluster_state:ok")
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+
+    def flush(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(redis.exceptions.ReadOnlyError):
+                node.client().flushall()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
