@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from bloomctl.errors import ConnectionFailed, UsageError
 
@@ -35,10 +35,14 @@ def redact_url(url: str) -> str:
         user, sep, _password = userinfo.partition(":")
         netloc = f"{user}:***@{hostport}" if sep else f"{user}@{hostport}"
     query = "&".join(
-        f"{k}=***" if k.lower() == "password" else f"{k}={v}" if sep_ else k
+        f"{k}=***" if k.lower() == "password" else f"{k}{sep_}{v}"
         for k, sep_, v in (item.partition("=") for item in parts.query.split("&") if item)
     )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
+    )
 
 
 def read_password_file(path: str | os.PathLike[str]) -> str:

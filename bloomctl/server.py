@@ -93,9 +93,9 @@ def detect(client: Any) -> ServerInfo:
     from redis.cluster import RedisCluster
 
     cluster = isinstance(client, RedisCluster)
-    info = client.info("server")
-    if cluster:  # RedisCluster returns {node: info}; every node runs the same build
-        info = next(iter(info.values())) if info and isinstance(next(iter(info.values())), dict) else info
+    # Every node of a cluster runs the same build: ask one (keyless commands need a target there).
+    node = {"target_nodes": client.get_default_node()} if cluster else {}
+    info = client.execute_command("INFO", "server", **node)
     product, version = "redis", _text(info.get("redis_version", "?"))
     if "dragonfly_version" in info:
         product, version = "dragonfly", _text(info["dragonfly_version"])
@@ -105,14 +105,14 @@ def detect(client: Any) -> ServerInfo:
         product, version = "valkey", _text(info.get("valkey_version", version))
 
     # "COMMAND INFO" as one word skips redis-py's COMMAND parser, which fails on unknown names (nil)
-    replies = client.execute_command("COMMAND INFO", *BF_COMMANDS)
+    replies = client.execute_command("COMMAND INFO", *BF_COMMANDS, **node)
     commands = frozenset(
         name for name, reply in zip(BF_COMMANDS, _command_info_list(replies, len(BF_COMMANDS)), strict=False) if reply
     )
 
     module_version = None
     try:
-        modules = client.execute_command("MODULE", "LIST")
+        modules = client.execute_command("MODULE LIST", **node)
     except Exception:
         modules = []
     for module in modules or []:

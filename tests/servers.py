@@ -169,8 +169,8 @@ class RedisCluster:
     def _wait_ok(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            infos = [n.client().execute_command("CLUSTER INFO") for n in self.nodes]
-            if all(b"cluster_state:ok" in (i if isinstance(i, bytes) else str(i).encode()) for i in infos):
+            infos = [n.client().execute_command("CLUSTER INFO") for n in self.nodes]  # redis-py parses it to a dict
+            if all(info.get("cluster_state") == "ok" for info in infos):
                 return
             time.sleep(0.1)
         raise RuntimeError("cluster did not reach cluster_state:ok")

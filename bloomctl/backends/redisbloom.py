@@ -75,9 +75,18 @@ def reserve(client: Any, key: bytes, plan: Plan) -> None:
 
 
 def _info_int(value: Any) -> int | None:
-    if isinstance(value, list):  # BF.INFO key FIELD: a one-element array on RedisBloom
+    """One BF.INFO number: RedisBloom answers ``BF.INFO key FIELD`` with a one-element array, some
+    compatible servers with a bare integer, and redis-py may have parsed it into a dict."""
+    if isinstance(value, dict):
+        value = next(iter(value.values()), None)
+    if isinstance(value, list):
         value = value[0] if value else None
     return None if value is None else int(value)
+
+
+def info_field(client: Any, key: bytes, name: str) -> int | None:
+    """``BF.INFO key CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION`` as an int (None for a NONSCALING expansion)."""
+    return _info_int(_call(client, key, "BF.INFO", key, name.upper()))
 
 
 def info(client: Any, key: bytes, *, with_header: bool = True) -> FilterState:

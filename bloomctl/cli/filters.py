@@ -49,10 +49,10 @@ def reserve_command(
     from bloomctl.planner import plan as make_plan
 
     the_plan = make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling))
+    app.server.require_bloom()
     if output_format != "json":
         render_plan(the_plan, output_format)
     if dry_run:
-        app.server.require_bloom()
         exists = lifecycle.key_type(app.client, key.encode("utf-8", "surrogateescape")) != b"none"
         if output_format == "json":
             emit_json({"plan": the_plan.as_dict(), "dry_run": True, "key_exists": exists})

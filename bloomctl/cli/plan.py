@@ -25,6 +25,8 @@ def plan_rows(p: Plan) -> list[tuple[str, str]]:
 
 
 def render_plan(p: Plan, output_format: str) -> None:
+    for message in p.warnings():
+        warn(message)
     if output_format == "json":
         emit_json(p.as_dict())
         return
@@ -44,8 +46,6 @@ def render_plan(p: Plan, output_format: str) -> None:
                 ("compound false-positive rate", fmt_rate(p.compound_error_rate)),
             ],
         )
-    for message in p.warnings():
-        warn(message)
 
 
 @click.command("plan")

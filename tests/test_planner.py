@@ -1,0 +1,183 @@
+"""The planner: input parsing, RedisBloom's sizing arithmetic, and (RedisBloom tier) the real server's numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bloomctl.backends import redisbloom as rb
+from bloomctl.errors import UsageError
+from bloomctl.planner import (
+    CHAIN_OVERHEAD_BYTES,
+    LINK_OVERHEAD_BYTES,
+    SubFilter,
+    parse_count,
+    parse_error_rate,
+    plan,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1000000", 1_000_000),
+        ("1_000_000", 1_000_000),
+        ("1e6", 1_000_000),
+        ("1M", 1_000_000),
+        ("1m", 1_000_000),
+        ("2.5k", 2_500),
+        ("3G", 3_000_000_000),
+        (" 42 ", 42),
+        (7, 7),
+    ],
+)
+def test_parse_count_accepts_the_documented_spellings(text, expected):
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "1.5", "abc", "", "1e-3", "2.5", "1kk", "M"])
+def test_parse_count_rejects_nonsense(text):
+    with pytest.raises(UsageError):
+        parse_count(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0.01", 0.01), ("1%", 0.01), ("0.1%", 0.001), ("5e-4", 0.0005)])
+def test_parse_error_rate(text, expected):
+    assert parse_error_rate(text) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("text", ["0", "1", "100%", "0%", "-0.1", "1.5", "x", "%"])
+def test_parse_error_rate_rejects_out_of_range(text):
+    with pytest.raises(UsageError):
+        parse_error_rate(text)
+
+
+def test_plan_validates_arguments():
+    with pytest.raises(UsageError):
+        plan(0, 0.01)
+    with pytest.raises(UsageError):
+        plan(10, 1.0)
+    with pytest.raises(UsageError):
+        plan(10, 0.01, expansion=0)
+    with pytest.raises(UsageError):
+        plan(10, 0.01, items=-1)
+
+
+def test_first_subfilter_follows_bloom_init():
+    """bits = floor(n * bpe) rounded up to 64-bit words, k = ceil(ln2 * bpe), error halved when scaling."""
+    p = plan(1_000_000, 0.01)
+    bpe = -math.log(0.005) / math.log(2) ** 2
+    raw = int(1_000_000 * bpe)
+    assert p.first.error_rate == 0.005
+    assert p.first.bytes == math.ceil(raw / 64) * 8
+    assert p.first.bits == p.first.bytes * 8
+    assert p.first.hashes == math.ceil(math.log(2) * bpe) == 8
+    assert p.size_bytes == CHAIN_OVERHEAD_BYTES + LINK_OVERHEAD_BYTES + p.first.bytes
+    nonscaling = plan(1_000_000, 0.01, expansion=None)
+    assert nonscaling.first.error_rate == 0.01
+    assert nonscaling.first.hashes == 7
+
+
+def test_sizes_measured_in_shared_context():
+    """Figures measured on RedisBloom 2.8 / Redis 7.0 (../shared/CONTEXT.md)."""
+    assert plan(1_000_000, 0.01).size_bytes == 1_378_568
+    assert plan(1_000_000, 0.01, expansion=None).size_bytes == 1_198_232
+    assert plan(100, 0.01).size_bytes == 240
+
+
+def test_tiny_filter_keeps_at_least_one_word():
+    sub = SubFilter.sized(0, 1, 0.99)
+    assert sub.bytes == 8 and sub.bits == 64
+
+
+def test_growth_chain_capacity_and_error():
+    p = plan(1000, 0.01, expansion=3, items=20_000)
+    caps = [s.capacity for s in p.chain]
+    assert caps == [1000, 3000, 9000, 27000]
+    assert [s.error_rate for s in p.chain] == pytest.approx([0.005, 0.0025, 0.00125, 0.000625])
+    assert p.total_capacity == sum(caps) >= 20_000
+    assert p.total_memory_bytes == CHAIN_OVERHEAD_BYTES + sum(LINK_OVERHEAD_BYTES + s.bytes for s in p.chain)
+    assert p.compound_error_rate < 0.01  # the tightening keeps the compound rate under the target
+
+
+def test_naive_estimate_is_smaller_than_redisbloom():
+    p = plan(1_000_000, 0.01)
+    assert p.naive_bytes == math.ceil(1_000_000 * -math.log(0.01) / math.log(2) ** 2 / 8)
+    assert p.size_bytes > p.naive_bytes * 1.1
+
+
+def test_warnings_for_poor_plans():
+    assert plan(1000, 0.01, items=500).warnings() == []
+    nonscaling_full = plan(1000, 0.01, expansion=None, items=900).warnings()
+    assert len(nonscaling_full) == 1 and "1,125" in nonscaling_full[0]
+    overfull = plan(1000, 0.01, expansion=None, items=2000)
+    assert "BF.ADD fails" in overfull.warnings()[0]
+    assert overfull.compound_error_rate > 0.01  # an overfilled nonscaling filter misses its target
+    many = plan(1000, 0.01, expansion=2, items=1_000_000).warnings()
+    assert "sub-filters" in many[0] and "1,000,000" in many[0]
+
+
+def test_as_dict_has_the_documented_keys():
+    data = plan(1000, 0.01, items=5000).as_dict()
+    for key in (
+        "capacity",
+        "error_rate",
+        "bits_per_item",
+        "hashes",
+        "first_filter_bytes",
+        "size_bytes",
+        "naive_bytes",
+        "filters",
+        "total_memory_bytes",
+        "compound_error_rate",
+        "chain",
+        "warnings",
+    ):
+        assert key in data
+
+
+COMBINATIONS = [
+    (100, 0.01, 2),
+    (1_000_000, 0.01, 2),
+    (1_000_000, 0.01, None),
+    (1, 0.5, 2),
+    (7, 0.999, None),
+    (12_345, 0.001, 4),
+    (250_000, 0.0001, 1),
+    (99_999, 0.05, None),
+    (10_000_000, 0.001, 2),
+    (3, 1e-9, 2),
+    (500_000, 0.2, 3),
+    (64, 0.01, None),
+]
+
+
+@pytest.mark.redisbloom
+@pytest.mark.parametrize(("capacity", "error", "expansion"), COMBINATIONS)
+def test_plan_size_equals_bf_info_size(bloom, capacity, error, expansion):
+    client = bloom.client()
+    args = ["BF.RESERVE", "k", repr(error), capacity]
+    args += ["EXPANSION", expansion] if expansion else ["NONSCALING"]
+    client.execute_command(*args)
+    assert plan(capacity, error, expansion).size_bytes == rb.info_field(client, b"k", "size")
+
+
+@pytest.mark.redisbloom
+@pytest.mark.parametrize("expansion", [1, 2, 3])
+def test_growth_chain_matches_server_after_filling(bloom, expansion):
+    """Add more items than the capacity: the chain the server grows matches the planner's, byte for byte."""
+    client = bloom.client()
+    capacity, items = 200, 1500
+    client.execute_command("BF.RESERVE", "g", "0.01", capacity, "EXPANSION", expansion)
+    for start in range(0, items, 500):
+        client.execute_command("BF.MADD", "g", *[f"item-{i}" for i in range(start, start + 500)])
+    added = client.execute_command("BF.CARD", "g")
+    p = plan(capacity, 0.01, expansion, items=added)
+    state = rb.info(client, b"g")
+    assert state.filters == len(p.chain)
+    assert state.size_bytes == p.total_memory_bytes
+    assert [s.capacity for s in state.subfilters] == [s.capacity for s in p.chain]
+    assert [s.bits for s in state.subfilters] == [s.bits for s in p.chain]
+    assert [s.hashes for s in state.subfilters] == [s.hashes for s in p.chain]
+    assert [s.error_rate for s in state.subfilters] == pytest.approx([s.error_rate for s in p.chain], rel=1e-12)
