@@ -75,8 +75,19 @@ class FilterState:
         return self.expansion is None
 
     @property
+    def reserved_capacity(self) -> int:
+        """The capacity given to BF.RESERVE: the first sub-filter's, not the grown total."""
+        if self.subfilters:
+            return self.subfilters[0].capacity
+        if self.expansion is None or self.filters <= 1:
+            return self.capacity
+        return round(self.capacity / sum(self.expansion**i for i in range(self.filters)))
+
+    @property
     def fill_ratio(self) -> float:
-        return self.items / self.capacity if self.capacity else 0.0
+        """Items per reserved capacity: above 1.0 a scaling filter has grown (more memory, slower
+        lookups, compounding error) and a NONSCALING one refuses new items."""
+        return self.items / self.reserved_capacity if self.reserved_capacity else 0.0
 
     @property
     def estimated_fpr(self) -> float | None:
@@ -96,6 +107,7 @@ class FilterState:
         return {
             "backend": self.backend,
             "capacity": self.capacity,
+            "reserved_capacity": self.reserved_capacity,
             "size_bytes": self.size_bytes,
             "filters": self.filters,
             "items": self.items,

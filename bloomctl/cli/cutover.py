@@ -13,8 +13,12 @@ from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
 
 
+def stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
+
+
 def _confirm(question: str, yes: bool) -> None:
-    if yes or not sys.stdin.isatty():
+    if yes or not stdin_is_tty():
         return
     if not click.confirm(question, default=False, err=True):
         raise StateConflict("not confirmed: nothing changed")

@@ -12,9 +12,14 @@ from bloomctl.fill import OVER, FillReport, Thresholds
 from bloomctl.keys import to_display
 
 PROMETHEUS_METRICS = (
-    ("bloomctl_fill_ratio", "Items inserted divided by the filter's capacity.", lambda r: r.state.fill_ratio),
+    ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r: r.state.fill_ratio),
     ("bloomctl_items", "Items inserted (BF.INFO).", lambda r: r.state.items),
     ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r: r.state.capacity),
+    (
+        "bloomctl_reserved_capacity",
+        "Capacity given to BF.RESERVE (first sub-filter).",
+        lambda r: r.state.reserved_capacity,
+    ),
     ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r: r.state.size_bytes),
     ("bloomctl_subfilters", "Number of sub-filters.", lambda r: r.state.filters),
     ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r: r.state.estimated_fpr),
@@ -58,7 +63,7 @@ def text_line(r: FillReport) -> str:
         r.status.upper(),
         f"fill={s.fill_ratio:.4f}",
         f"items={s.items}",
-        f"capacity={s.capacity}",
+        f"reserved={s.reserved_capacity}",
         f"filters={s.filters}",
         f"fpr={fmt_rate(s.estimated_fpr)}",
     ]
@@ -77,7 +82,7 @@ def text_line(r: FillReport) -> str:
     type=float,
     default=0.8,
     show_default=True,
-    help="Mark a filter WARN above this fill ratio (items / capacity).",
+    help="Mark a filter WARN above this fill ratio (items / reserved capacity).",
 )
 @click.option(
     "--max",
@@ -103,6 +108,9 @@ def fill_ratio_command(
     output_format: str,
 ) -> None:
     """Check how full filters are: one line per filter, exit 1 when any is over --max.
+
+    The fill ratio is items / reserved capacity (what BF.RESERVE was given): above 1.0 a
+    scaling filter has grown extra sub-filters and a NONSCALING one is full.
 
     KEYS are filter names or glob patterns (SCAN ... TYPE on every master; standby and
     old companions are skipped). Write the prometheus format to a file for node_exporter's

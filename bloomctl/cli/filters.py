@@ -76,9 +76,10 @@ def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("key", data["key"]),
         ("backend", data["backend"]),
-        ("capacity", f"{data['capacity']:,}"),
+        ("reserved capacity", f"{data['reserved_capacity']:,}"),
+        ("capacity (all sub-filters)", f"{data['capacity']:,}"),
         ("items", f"{data['items']:,}"),
-        ("fill ratio", f"{data['fill_ratio']:.2%}"),
+        ("fill ratio", f"{data['fill_ratio']:.2%}  (items / reserved capacity)"),
         ("estimated FPR now", fmt_rate(data["estimated_fpr"]) + ("  (measured bit fill)" if data["exact"] else "")),
         ("sub-filters", str(data["filters"])),
         ("expansion", "none (NONSCALING)" if data["nonscaling"] else str(data["expansion"])),
