@@ -57,8 +57,6 @@ class ServerInfo:
             text += f" with RedisBloom {self.module_version}" if self.module_version else " with RedisBloom"
         elif self.flavour == "valkey-bloom":
             text += " with valkey-bloom"
-        elif self.flavour == "none":
-            text += " without Bloom filter commands"
         return text + (" (cluster)" if self.cluster else "")
 
     def require_bloom(self) -> None:
