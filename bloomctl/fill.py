@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bloomctl import backends
 from bloomctl.backends import FilterState
-from bloomctl.backends import redisbloom as rb
 from bloomctl.errors import KeyMissing, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
-from bloomctl.lifecycle import require_filter
 
 GLOB_CHARS = frozenset(b"*?[")
 COMPANION_SUFFIXES = (b":standby", b":old")
@@ -31,18 +30,41 @@ def is_companion(key: bytes) -> bool:
     return key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None
 
 
-def scan_filters(client: Any, pattern: bytes, redis_type: bytes = rb.REDIS_TYPE, count: int = 1000) -> Iterator[bytes]:
-    """Keys matching ``pattern`` of the given Redis type, on every master of a cluster."""
+def _primaries(client: Any) -> list[Any]:
     if hasattr(client, "get_primaries"):
-        nodes = [client.get_redis_connection(node) for node in client.get_primaries()]
-    else:
-        nodes = [client]
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[bytes]:
+    """Keys matching ``pattern`` that hold a filter of any backend, on every master of a cluster.
+
+    SCAN ... TYPE narrows the keyspace per backend; strings are then checked for the bitmap
+    backend's magic bytes in one pipelined GETRANGE per SCAN page.
+    """
     seen: set[bytes] = set()
-    for node in nodes:
-        for key in node.scan_iter(match=pattern, count=count, _type=redis_type):
-            if key not in seen and not is_companion(key):
-                seen.add(key)
-                yield key
+    for node in _primaries(client):
+        for name in backends.names():
+            backend = backends.get(name)
+            page: list[bytes] = []
+            for key in node.scan_iter(match=pattern, count=count, _type=backend.redis_type):
+                page.append(key)
+                if len(page) >= count:
+                    yield from _keep(node, backend, page, seen)
+                    page = []
+            yield from _keep(node, backend, page, seen)
+
+
+def _keep(node: Any, backend: backends.Backend, keys: list[bytes], seen: set[bytes]) -> Iterator[bytes]:
+    if backend.magic and keys:
+        pipe = node.pipeline(transaction=False)
+        for key in keys:
+            pipe.getrange(key, 0, len(backend.magic) - 1)
+        keys = [key for key, head in zip(keys, pipe.execute(), strict=True) if head == backend.magic]
+    for key in keys:
+        if key not in seen and not is_companion(key):
+            seen.add(key)
+            yield key
 
 
 def resolve_keys(client: Any, keys: list[str | bytes]) -> list[bytes]:
@@ -104,8 +126,8 @@ def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
 
 
 def measure(client: Any, key: bytes, *, exact: bool = False) -> FilterState:
-    require_filter(client, key)
-    return rb.bit_fill(client, key) if exact else rb.info(client, key)
+    backend = backends.for_key(client, key)
+    return backend.bit_fill(client, key) if exact else backend.info(client, key)
 
 
 def fill_ratio(client: Any, keys: list[str | bytes], limits: Thresholds, *, exact: bool = False) -> list[FillReport]:

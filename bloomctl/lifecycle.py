@@ -12,43 +12,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from bloomctl import __version__
-from bloomctl.backends import FilterState
-from bloomctl.backends import redisbloom as rb
-from bloomctl.errors import KeyMissing, StateConflict, WrongType
+from bloomctl import __version__, backends
+from bloomctl.backends import AUTO, Backend, FilterState
+from bloomctl.errors import KeyMissing, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
 
 DEFAULT_MIN_RATIO = 0.5
-
-TYPE_NAMES = {
-    b"MBbloom--": "a RedisBloom filter",
-    b"string": "a string",
-    b"hash": "a hash",
-    b"list": "a list",
-    b"set": "a set",
-    b"zset": "a sorted set",
-    b"stream": "a stream",
-    b"MBbloomCF": "a cuckoo filter",
-}
-
-
-def key_type(client: Any, key: bytes) -> bytes:
-    kind = client.type(key)
-    return kind if isinstance(kind, bytes) else str(kind).encode()
-
-
-def require_filter(client: Any, key: bytes, role: str = "filter") -> bytes:
-    """The key's Redis type, after checking it holds a Bloom filter bloomctl can manage."""
-    kind = key_type(client, key)
-    if kind == b"none":
-        raise KeyMissing(f"{role} {to_display(key)!r} does not exist")
-    if kind != rb.REDIS_TYPE:
-        raise WrongType(
-            f"{role} {to_display(key)!r} holds {TYPE_NAMES.get(kind, kind.decode(errors='replace'))}, not a Bloom filter"
-        )
-    return kind
 
 
 # --- metadata -------------------------------------------------------------------------------
@@ -90,26 +61,32 @@ def plan_matches(plan: Plan, state: FilterState) -> bool:
 
 
 def reserve(
-    client: Any, server: ServerInfo, key: str | bytes, plan: Plan, *, if_not_exists: bool = False
+    client: Any,
+    server: ServerInfo,
+    key: str | bytes,
+    plan: Plan,
+    *,
+    if_not_exists: bool = False,
+    backend: str = AUTO,
 ) -> ReserveResult:
-    server.require_bloom()
+    chosen = backends.choose(server, backend)
+    chosen.check_plan(plan)
     family = KeyFamily.of(key)
-    kind = key_type(client, family.active)
+    kind = backends.key_type(client, family.active)
     if kind != b"none":
         name = to_display(family.active)
-        if kind != rb.REDIS_TYPE:
-            raise WrongType(f"key {name!r} already holds {TYPE_NAMES.get(kind, kind.decode(errors='replace'))}")
-        state = rb.info(client, family.active)
-        if if_not_exists and plan_matches(plan, state):
+        existing = backends.for_key(client, family.active)
+        state = existing.info(client, family.active)
+        if if_not_exists and existing is chosen and plan_matches(plan, state):
             return ReserveResult(created=False, state=state)
         detail = "with different parameters" if if_not_exists else "(use --if-not-exists to accept a matching filter)"
         raise StateConflict(
-            f"filter {name!r} already exists {detail}: capacity {state.capacity:,}, {state.items:,} items"
+            f"filter {name!r} already exists {detail}: {existing.name}, capacity {state.capacity:,}, {state.items:,} items"
         )
-    rb.reserve(client, family.active, plan)
+    chosen.reserve(client, family.active, plan)
     client.delete(family.meta)
-    client.hset(family.meta, mapping=metadata_for(plan, rb.NAME))
-    return ReserveResult(created=True, state=rb.info(client, family.active))
+    client.hset(family.meta, mapping=metadata_for(plan, chosen.name))
+    return ReserveResult(created=True, state=chosen.info(client, family.active))
 
 
 # --- inspect --------------------------------------------------------------------------------
@@ -146,8 +123,8 @@ class Description:
 
 def describe(client: Any, key: str | bytes, *, exact: bool = False) -> Description:
     family = KeyFamily.of(key)
-    require_filter(client, family.active)
-    state = rb.bit_fill(client, family.active) if exact else rb.info(client, family.active)
+    backend = backends.for_key(client, family.active)
+    state = backend.bit_fill(client, family.active) if exact else backend.info(client, family.active)
     companions = {role: bool(client.exists(name)) for role, name in family.all_keys().items() if role != "active"}
     ttl = client.pttl(family.active)
     node = None
@@ -169,11 +146,15 @@ def describe(client: Any, key: str | bytes, *, exact: bool = False) -> Descripti
 # --- swap and rollback ----------------------------------------------------------------------
 
 # KEYS: active, standby, old, active meta, standby meta, old meta.
-# ARGV: milliseconds to keep the old filter (0: unlink it now), the Redis type the standby must have.
+# ARGV: milliseconds to keep the old filter (0: unlink it now), the Redis type the standby must have,
+# and the bytes its value must start with ('' for none).
 # UNLINK before RENAME: RENAME onto an existing key frees it synchronously and blocks the server.
 SWAP_LUA = """
 if redis.call('TYPE', KEYS[2])['ok'] ~= ARGV[2] then
   return redis.error_reply('BLOOMCTL standby is missing or changed type')
+end
+if ARGV[3] ~= '' and redis.call('GETRANGE', KEYS[2], 0, #ARGV[3] - 1) ~= ARGV[3] then
+  return redis.error_reply('BLOOMCTL standby is not a bloomctl filter')
 end
 redis.call('UNLINK', KEYS[3], KEYS[6])
 local had_active = redis.call('EXISTS', KEYS[1])
@@ -238,11 +219,12 @@ def atomic_swap(
     *,
     standby: bytes | None = None,
     keep_old_ms: int = 0,
-    standby_type: bytes = rb.REDIS_TYPE,
+    standby_type: bytes = b"MBbloom--",
+    standby_magic: bytes = b"",
 ) -> bool:
     """Move standby -> active and active -> old in one atomic step. True when an active filter was replaced."""
     keys = _family_keys(family, standby or family.standby)
-    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type]))
+    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type, standby_magic]))
 
 
 def atomic_rollback(client: Any, family: KeyFamily) -> None:
@@ -251,10 +233,11 @@ def atomic_rollback(client: Any, family: KeyFamily) -> None:
 
 @dataclass(frozen=True)
 class SwapPlan:
-    """What a swap would do, checked against the server; ``run`` performs it."""
+    """What a swap would do, checked against the server; ``swap`` performs it."""
 
     family: KeyFamily
     standby: bytes
+    backend: Backend
     standby_state: FilterState
     active_state: FilterState | None
 
@@ -265,8 +248,9 @@ class SwapPlan:
         return self.standby_state.items / self.active_state.items
 
 
-def _items(client: Any, server: ServerInfo, key: bytes, state: FilterState) -> int:
-    return rb.card(client, key) if server.has_card else state.items
+def _counted(backend: Backend, client: Any, key: bytes) -> FilterState:
+    """info without the per-sub-filter header, with the exact item count (BF.CARD where it exists)."""
+    return replace(backend.info(client, key, with_header=False), items=backend.card(client, key))
 
 
 def prepare_swap(
@@ -278,7 +262,6 @@ def prepare_swap(
     min_ratio: float = DEFAULT_MIN_RATIO,
     allow_shrink: bool = False,
 ) -> SwapPlan:
-    server.require_bloom()
     family = KeyFamily.of(key)
     standby_key = to_bytes(standby) if standby is not None else family.standby
     if standby_key == family.active:
@@ -288,18 +271,20 @@ def prepare_swap(
             f"standby {to_display(standby_key)!r} is in slot {KeyFamily.of(standby_key).slot}, the active filter in "
             f"slot {family.slot}: on a cluster both must share a hash tag (default standby: {to_display(family.standby)!r})"
         )
-    require_filter(client, standby_key, "standby")
-    standby_state = rb.info(client, standby_key, with_header=False)
-    standby_state = _with_items(standby_state, _items(client, server, standby_key, standby_state))
+    backend = backends.for_key(client, standby_key, "standby")
+    standby_state = _counted(backend, client, standby_key)
     active_state = None
-    active_kind = key_type(client, family.active)
-    if active_kind != b"none":
-        require_filter(client, family.active, "active filter")
-        active_state = rb.info(client, family.active, with_header=False)
-        active_state = _with_items(active_state, _items(client, server, family.active, active_state))
-    result = SwapPlan(family, standby_key, standby_state, active_state)
+    if backends.key_type(client, family.active) != b"none":
+        active_backend = backends.for_key(client, family.active, "active filter")
+        if active_backend is not backend:
+            raise StateConflict(
+                f"the standby is a {backend.name} filter and the active one a {active_backend.name} filter: "
+                "readers of the active key would break"
+            )
+        active_state = _counted(backend, client, family.active)
+    result = SwapPlan(family, standby_key, backend, standby_state, active_state)
     ratio = result.shrink_ratio
-    if ratio is not None and ratio < min_ratio and not allow_shrink:
+    if active_state is not None and ratio is not None and ratio < min_ratio and not allow_shrink:
         raise StateConflict(
             f"standby has {standby_state.items:,} items, {ratio:.1%} of the active filter's {active_state.items:,} "
             f"(guard: {min_ratio:.0%}); pass --allow-shrink if that is intended"
@@ -307,23 +292,25 @@ def prepare_swap(
     return result
 
 
-def _with_items(state: FilterState, items: int) -> FilterState:
-    return replace(state, items=items)
-
-
 def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0) -> bool:
-    return atomic_swap(client, prepared.family, standby=prepared.standby, keep_old_ms=int(keep_old_seconds * 1000))
+    return atomic_swap(
+        client,
+        prepared.family,
+        standby=prepared.standby,
+        keep_old_ms=int(keep_old_seconds * 1000),
+        standby_type=prepared.backend.redis_type,
+        standby_magic=prepared.backend.magic,
+    )
 
 
-def rollback(client: Any, server: ServerInfo, key: str | bytes) -> None:
-    server.require_bloom()
+def rollback(client: Any, key: str | bytes) -> None:
     family = KeyFamily.of(key)
-    if key_type(client, family.old) == b"none":
+    if backends.key_type(client, family.old) == b"none":
         raise KeyMissing(
             f"no old filter {to_display(family.old)!r} to roll back to (swap with --keep-old SECONDS keeps one)"
         )
-    require_filter(client, family.old, "old filter")
-    if key_type(client, family.standby) != b"none":
+    backends.for_key(client, family.old, "old filter")
+    if backends.key_type(client, family.standby) != b"none":
         raise StateConflict(
             f"standby {to_display(family.standby)!r} exists; swap it in or delete it before rolling back"
         )

@@ -25,7 +25,8 @@ BF_COMMANDS = (
 )
 
 NO_BLOOM_HELP = (
-    "load RedisBloom (redis.conf: loadmodule /path/to/redisbloom.so), or run Redis 8 (BF.* built in) or Redis Stack"
+    "load RedisBloom (redis.conf: loadmodule /path/to/redisbloom.so), run Redis 8 (BF.* built in) or "
+    "Redis Stack, or use the module-free --backend bitmap"
 )
 
 

@@ -91,24 +91,32 @@ def test_usage_errors_exit_2_with_a_message_on_stderr(cli_plain, args):
     assert result.stderr.strip()
 
 
+def test_redisbloom_backend_on_plain_redis_says_what_to_load(cli_plain, plain):
+    result = cli_plain("reserve", "users", "-c", "1000", "-e", "1%", "--backend", "redisbloom")
+    assert result.exit_code == 4
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "no BF.* commands" in lines[0] and "loadmodule" in lines[0] and "--backend bitmap" in lines[0]
+    assert not plain.client().exists("users")
+
+
 @pytest.mark.parametrize(
     "args",
     [
         ["reserve", "users", "-c", "1000", "-e", "1%"],
         ["info", "users"],
         ["fill-ratio", "users"],
-        ["swap", "users", "--yes"],
-        ["rollback", "users", "--yes"],
+        ["swap", "users", "--yes", "--standby", "users"],
+        ["swap", "other", "--yes", "--standby", "users"],
     ],
 )
-def test_plain_redis_says_what_to_load(cli_plain, plain, args):
+def test_a_plain_string_is_never_taken_for_a_filter(cli_plain, plain, args):
     plain.client().set("users", "untouched")
     result = cli_plain(*args)
-    assert result.exit_code == 4
+    assert result.exit_code == 5, result.stderr
     assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert "no BF.* commands" in lines[0] and "loadmodule" in lines[0]
+    assert len(result.stderr.strip().splitlines()) == 1
     assert plain.client().get("users") == b"untouched"
 
 

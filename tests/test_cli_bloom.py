@@ -7,11 +7,13 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bloomctl.backends import redisbloom as rb
+from bloomctl import backends
 from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle import read_metadata
 from bloomctl.planner import plan
 from tests.bloom_model import ModelChain
+
+rb = backends.get("redisbloom")
 
 pytestmark = pytest.mark.redisbloom
 
@@ -340,7 +342,7 @@ def test_swap_on_a_cluster_with_awkward_keys(bcluster):
         client.execute_command("BF.ADD", family.standby, "x")
         lifecycle.swap(client, lifecycle.prepare_swap(client, server, key, allow_shrink=True), keep_old_seconds=60)
         assert client.execute_command("BF.EXISTS", family.active, "x") == 1
-        lifecycle.rollback(client, server, key)
+        lifecycle.rollback(client, key)
         assert client.execute_command("BF.EXISTS", family.active, "x") == 0
         description = lifecycle.describe(client, key)
         assert description.node is not None and description.slot == family.slot

@@ -51,17 +51,17 @@ def _no_secret(result, *secrets):
 
 def test_password_in_url_env_and_file(cli, locked_server, tmp_path):
     port = locked_server.port
-    # A plain server answers exit 4 (no BF.*) once connected and authenticated: that proves the login worked.
+    # `info` of a missing key exits 5 only after connecting and authenticating: that proves the login worked.
     ok = cli("info", "k", url=f"redis://:{SECRET}@127.0.0.1:{port}/0")
-    assert ok.exit_code == 4, ok.stderr
+    assert ok.exit_code == 5 and "does not exist" in ok.stderr, ok.stderr
     ok = cli("info", "k", url=f"redis://ops:{SECRET}-ops@127.0.0.1:{port}/0")
-    assert ok.exit_code == 4, ok.stderr
+    assert ok.exit_code == 5 and "does not exist" in ok.stderr, ok.stderr
     ok = cli("info", "k", url=f"redis://127.0.0.1:{port}/0", env={"BLOOMCTL_PASSWORD": SECRET})
-    assert ok.exit_code == 4, ok.stderr
+    assert ok.exit_code == 5 and "does not exist" in ok.stderr, ok.stderr
     secret_file = tmp_path / "password"
     secret_file.write_text(SECRET + "\n")
     ok = cli("--password-file", str(secret_file), "info", "k", url=f"redis://127.0.0.1:{port}/0")
-    assert ok.exit_code == 4, ok.stderr
+    assert ok.exit_code == 5 and "does not exist" in ok.stderr, ok.stderr
 
 
 def test_wrong_or_missing_password_exits_3_without_leaking(cli, locked_server):
@@ -86,7 +86,7 @@ def test_help_never_shows_the_password_from_the_environment(cli):
 
 def test_unix_socket(cli, plain):
     result = cli("info", "k", url=f"unix://{plain.socket_path}")
-    assert result.exit_code == 4, result.stderr
+    assert result.exit_code == 5 and "does not exist" in result.stderr
     client = connect(settings_from(f"unix://{plain.socket_path}"))
     assert client.ping()
 
@@ -186,7 +186,7 @@ def test_tls_with_client_certificate(cli, tls_server):
         "k",
         url=url,
     )
-    assert result.exit_code == 4, result.stderr  # connected over TLS; the server has no BF.*
+    assert result.exit_code == 5 and "does not exist" in result.stderr  # connected over TLS
     refused = cli("--tls-ca", str(certs / "ca.crt"), "info", "k", url=url)  # no client certificate
     assert refused.exit_code == 3
 
@@ -214,6 +214,6 @@ def test_cluster_is_detected_from_any_node(cluster):
 
 @pytest.mark.cluster
 def test_cluster_cli_reports_the_missing_module_once(cli, cluster):
-    result = cli("info", "users", url=cluster.url)
+    result = cli("reserve", "users", "-c", "100", "-e", "1%", "--backend", "redisbloom", url=cluster.url)
     assert result.exit_code == 4
     assert "(cluster)" in result.stderr

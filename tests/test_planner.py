@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bloomctl.backends import redisbloom as rb
+from bloomctl import backends
 from bloomctl.errors import UsageError
 from bloomctl.planner import (
     CHAIN_OVERHEAD_BYTES,
@@ -16,6 +16,8 @@ from bloomctl.planner import (
     parse_error_rate,
     plan,
 )
+
+rb = backends.get("redisbloom")
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,27 @@
 """Backends: the commands that create, read and fill one Bloom filter on the server.
 
-The lifecycle (reserve, info, fill-ratio, swap, ...) talks only to this seam. A backend is
-stateless; every method takes the redis-py client explicitly (standalone, cluster or pipeline).
+The lifecycle (reserve, info, fill-ratio, swap, ...) talks only to this seam. Two backends
+implement it: ``redisbloom`` (the BF.* commands) and ``bitmap`` (a plain string hashed by
+server-side Lua, for servers without modules). Every method takes the redis-py client
+explicitly (standalone or cluster). An existing key's backend is recognised from the key.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bloomctl.planner import estimated_fpr
+from bloomctl.errors import KeyMissing, UsageError, WrongType
+from bloomctl.keys import to_display
+from bloomctl.planner import Plan, estimated_fpr
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bloomctl.server import ServerInfo
+
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -118,3 +129,109 @@ class FilterState:
             "exact": self.exact,
             "subfilters": [sub.as_dict() for sub in self.subfilters],
         }
+
+
+class Backend(ABC):
+    """One way of keeping a Bloom filter on a Redis server."""
+
+    name: str
+    redis_type: bytes  # what TYPE answers for a key of this backend
+    magic: bytes = b""  # what the value starts with, where TYPE alone does not tell
+
+    @abstractmethod
+    def check_plan(self, plan: Plan) -> Plan:
+        """The plan, or a UsageError when this backend cannot hold it."""
+
+    @abstractmethod
+    def size_bytes(self, plan: Plan) -> int:
+        """What ``info`` will report as the size of a new filter with this plan."""
+
+    @abstractmethod
+    def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
+        """Whether ``key`` (whose TYPE is ``kind``) holds a filter of this backend."""
+
+    @abstractmethod
+    def reserve(self, client: Any, key: bytes, plan: Plan) -> None: ...
+
+    @abstractmethod
+    def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState: ...
+
+    @abstractmethod
+    def bit_fill(self, client: Any, key: bytes) -> FilterState:
+        """``info`` with the exact number of set bits of every sub-filter."""
+
+    @abstractmethod
+    def card(self, client: Any, key: bytes) -> int:
+        """Items added (each add that set at least one new bit), 0 for a missing key."""
+
+    @abstractmethod
+    def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        """Add items; True for each one that was new."""
+
+    @abstractmethod
+    def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]: ...
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name`` (``redisbloom`` or ``bitmap``)."""
+    if not _BACKENDS:
+        from bloomctl.backends.bitmap import Bitmap
+        from bloomctl.backends.redisbloom import RedisBloom
+
+        _BACKENDS.update({"redisbloom": RedisBloom(), "bitmap": Bitmap()})
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise UsageError(f"unknown backend {name!r}: choose auto, redisbloom or bitmap") from None
+
+
+def names() -> list[str]:
+    return ["redisbloom", "bitmap"]
+
+
+def choose(server: ServerInfo, requested: str = AUTO) -> Backend:
+    """The backend for a new filter: RedisBloom where the server has BF.*, else the bitmap one."""
+    if requested == AUTO:
+        return get("redisbloom" if server.has_bloom else "bitmap")
+    if requested == "redisbloom":
+        server.require_bloom()
+    return get(requested)
+
+
+TYPE_NAMES = {
+    b"string": "a string",
+    b"hash": "a hash",
+    b"list": "a list",
+    b"set": "a set",
+    b"zset": "a sorted set",
+    b"stream": "a stream",
+    b"MBbloomCF": "a cuckoo filter",
+    b"ReJSON-RL": "a JSON document",
+}
+
+
+def key_type(client: Any, key: bytes) -> bytes:
+    kind = client.type(key)
+    return kind if isinstance(kind, bytes) else str(kind).encode()
+
+
+def describe_type(kind: bytes) -> str:
+    return TYPE_NAMES.get(kind, kind.decode(errors="replace"))
+
+
+def for_key(client: Any, key: bytes, role: str = "filter") -> Backend:
+    """The backend of the filter at ``key``, recognised from the key itself."""
+    kind = key_type(client, key)
+    if kind == b"none":
+        raise KeyMissing(f"{role} {to_display(key)!r} does not exist")
+    for name in names():
+        backend = get(name)
+        if backend.owns(client, key, kind):
+            return backend
+    detail = (
+        "a string that is not a bloomctl filter" if kind == b"string" else f"{describe_type(kind)}, not a Bloom filter"
+    )
+    raise WrongType(f"{role} {to_display(key)!r} holds {detail}")

@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from bloomctl.backends import FilterState, SubFilterState
+from bloomctl.backends import Backend, FilterState, SubFilterState
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, WrongType
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan
 
-NAME = "redisbloom"
-REDIS_TYPE = b"MBbloom--"
 OPT_NO_SCALING = 8
 
 _HEADER = struct.Struct("<QIII")  # items, nfilters, options, growth
@@ -56,24 +54,6 @@ def _bf_error(exc: Exception, key: bytes) -> Exception:
     return exc
 
 
-def _call(client: Any, key: bytes, *args: Any) -> Any:
-    import redis
-
-    try:
-        return client.execute_command(*args)
-    except redis.exceptions.ResponseError as exc:
-        raise _bf_error(exc, key) from None
-
-
-def reserve(client: Any, key: bytes, plan: Plan) -> None:
-    args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
-    if plan.scaling:
-        args += ["EXPANSION", plan.expansion]
-    else:
-        args.append("NONSCALING")
-    _call(client, key, *args)
-
-
 def _info_int(value: Any) -> int | None:
     """One BF.INFO number: RedisBloom answers ``BF.INFO key FIELD`` with a one-element array, some
     compatible servers with a bare integer, and redis-py may have parsed it into a dict."""
@@ -84,83 +64,107 @@ def _info_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def info_field(client: Any, key: bytes, name: str) -> int | None:
-    """``BF.INFO key CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION`` as an int (None for a NONSCALING expansion)."""
-    return _info_int(_call(client, key, "BF.INFO", key, name.upper()))
+class RedisBloom(Backend):
+    name = "redisbloom"
+    redis_type = b"MBbloom--"
 
+    def call(self, client: Any, key: bytes, *args: Any) -> Any:
+        import redis
 
-def info(client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
-    """BF.INFO, and the SCANDUMP header for the per-sub-filter numbers when the server has it."""
-    raw = _call(client, key, "BF.INFO", key)
-    if isinstance(raw, dict):
-        fields = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-    else:
-        fields = {(raw[i].decode() if isinstance(raw[i], bytes) else raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
-    expansion = _info_int(fields.get("Expansion rate"))
-    state = FilterState(
-        backend=NAME,
-        capacity=_info_int(fields["Capacity"]) or 0,
-        size_bytes=_info_int(fields["Size"]) or 0,
-        filters=_info_int(fields["Number of filters"]) or 0,
-        items=_info_int(fields["Number of items inserted"]) or 0,
-        expansion=expansion,
-    )
-    if not with_header:
-        return state
-    try:
-        _iter, blob = _call(client, key, "BF.SCANDUMP", key, 0)
-    except UnsupportedServer:
-        return state
-    _items, options, _growth, subs = parse_scandump_header(blob)
-    if options & OPT_NO_SCALING:
-        state = replace(state, expansion=None)
-    return replace(state, subfilters=tuple(subs))
+        try:
+            return client.execute_command(*args)
+        except redis.exceptions.ResponseError as exc:
+            raise _bf_error(exc, key) from None
 
+    def check_plan(self, plan: Plan) -> Plan:
+        return plan
 
-def bit_fill(client: Any, key: bytes) -> FilterState:
-    """Stream BF.SCANDUMP and popcount every chunk: the true bit fill of each sub-filter.
+    def size_bytes(self, plan: Plan) -> int:
+        return plan.size_bytes
 
-    Memory stays at one chunk (at most 16 MiB) whatever the filter's size. Chunks never span
-    sub-filters, so each is attributed by the running byte offset.
-    """
-    state = info(client, key)
-    if not state.subfilters:
-        raise UnsupportedServer("this server has no BF.SCANDUMP, which --exact needs")
-    counts = [0] * len(state.subfilters)
-    ends = []
-    total = 0
-    for sub in state.subfilters:
-        total += sub.bytes
-        ends.append(total)
-    offset, current, cursor = 0, 0, 1
-    while True:
-        cursor, chunk = _call(client, key, "BF.SCANDUMP", key, cursor)
-        if cursor == 0:
-            break
-        while current < len(ends) and offset >= ends[current]:
-            current += 1
-        if current >= len(ends) or offset + len(chunk) > ends[current]:
-            raise StateConflict(f"filter {to_display(key)!r} changed shape during the scan; run again")
-        counts[current] += int.from_bytes(chunk, "little").bit_count()
-        offset += len(chunk)
-    if offset != total:
-        raise StateConflict(f"filter {to_display(key)!r} scan returned {offset} bytes, expected {total}; run again")
-    subs = tuple(replace(sub, bits_set=count) for sub, count in zip(state.subfilters, counts, strict=False))
-    return replace(state, subfilters=subs)
+    def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
+        return kind == self.redis_type
 
+    def reserve(self, client: Any, key: bytes, plan: Plan) -> None:
+        args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
+        args += ["EXPANSION", plan.expansion] if plan.scaling else ["NONSCALING"]
+        self.call(client, key, *args)
 
-def card(client: Any, key: bytes) -> int:
-    return int(_call(client, key, "BF.CARD", key))
+    def info_field(self, client: Any, key: bytes, name: str) -> int | None:
+        """``BF.INFO key CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION`` as an int (None for a NONSCALING expansion)."""
+        return _info_int(self.call(client, key, "BF.INFO", key, name.upper()))
 
+    def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
+        """BF.INFO, and the SCANDUMP header for the per-sub-filter numbers when the server has it."""
+        raw = self.call(client, key, "BF.INFO", key)
+        if isinstance(raw, dict):
+            fields = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+        else:
+            fields = {
+                (raw[i].decode() if isinstance(raw[i], bytes) else raw[i]): raw[i + 1] for i in range(0, len(raw), 2)
+            }
+        state = FilterState(
+            backend=self.name,
+            capacity=_info_int(fields["Capacity"]) or 0,
+            size_bytes=_info_int(fields["Size"]) or 0,
+            filters=_info_int(fields["Number of filters"]) or 0,
+            items=_info_int(fields["Number of items inserted"]) or 0,
+            expansion=_info_int(fields.get("Expansion rate")),
+        )
+        if not with_header:
+            return state
+        try:
+            _iter, blob = self.call(client, key, "BF.SCANDUMP", key, 0)
+        except UnsupportedServer:
+            return state
+        _items, options, _growth, subs = parse_scandump_header(blob)
+        if options & OPT_NO_SCALING:
+            state = replace(state, expansion=None)
+        return replace(state, subfilters=tuple(subs))
 
-def madd(client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
-    if not items:
-        return []
-    replies = _call(client, key, "BF.MADD", key, *items)
-    return [reply == 1 for reply in replies]
+    def bit_fill(self, client: Any, key: bytes) -> FilterState:
+        """Stream BF.SCANDUMP and popcount every chunk: the true bit fill of each sub-filter.
 
+        Memory stays at one chunk (at most 16 MiB) whatever the filter's size. Chunks never span
+        sub-filters, so each is attributed by the running byte offset.
+        """
+        state = self.info(client, key)
+        if not state.subfilters:
+            raise UnsupportedServer("this server has no BF.SCANDUMP, which --exact needs")
+        counts = [0] * len(state.subfilters)
+        ends = []
+        total = 0
+        for sub in state.subfilters:
+            total += sub.bytes
+            ends.append(total)
+        offset, current, cursor = 0, 0, 1
+        while True:
+            cursor, chunk = self.call(client, key, "BF.SCANDUMP", key, cursor)
+            if cursor == 0:
+                break
+            while current < len(ends) and offset >= ends[current]:
+                current += 1
+            if current >= len(ends) or offset + len(chunk) > ends[current]:
+                raise StateConflict(f"filter {to_display(key)!r} changed shape during the scan; run again")
+            counts[current] += int.from_bytes(chunk, "little").bit_count()
+            offset += len(chunk)
+        if offset != total:
+            raise StateConflict(f"filter {to_display(key)!r} scan returned {offset} bytes, expected {total}; run again")
+        subs = tuple(replace(sub, bits_set=count) for sub, count in zip(state.subfilters, counts, strict=True))
+        return replace(state, subfilters=subs)
 
-def mexists(client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
-    if not items:
-        return []
-    return [reply == 1 for reply in _call(client, key, "BF.MEXISTS", key, *items)]
+    def card(self, client: Any, key: bytes) -> int:
+        try:
+            return int(self.call(client, key, "BF.CARD", key))
+        except UnsupportedServer:  # RedisBloom before 2.4.4: the (equal) BF.INFO count
+            return self.info(client, key, with_header=False).items
+
+    def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        if not items:
+            return []
+        return [reply == 1 for reply in self.call(client, key, "BF.MADD", key, *items)]
+
+    def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        if not items:
+            return []
+        return [reply == 1 for reply in self.call(client, key, "BF.MEXISTS", key, *items)]

@@ -127,7 +127,7 @@ def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -
 
     family = KeyFamily.of(key)
     _confirm(f"Roll {key!r} back to {to_display(family.old)!r}?", yes)
-    lifecycle.rollback(app.client, app.server, key)
+    lifecycle.rollback(app.client, key)
     if output_format == "json":
         emit_json({"key": key, "rolled_back": True, "standby": to_display(family.standby)})
     else:

@@ -125,10 +125,6 @@ def fill_ratio_command(
     from bloomctl.fill import fill_ratio
 
     limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
-    if exact:
-        app.server.require_scandump("--exact")
-    else:
-        app.server.require_bloom()
     reports = fill_ratio(app.client, list(keys), limits, exact=exact)
     if output_format == "json":
         emit_json(

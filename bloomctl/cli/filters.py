@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option, resolve_expansion, sizing_options
-from bloomctl.cli.plan import render_plan
+from bloomctl.cli.options import backend_option, format_option, resolve_expansion, sizing_options
+from bloomctl.cli.plan import plan_data, render_plan
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
 from bloomctl.keys import to_display
 
@@ -20,6 +20,7 @@ from bloomctl.keys import to_display
 @click.option(
     "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
 )
+@backend_option
 @format_option("table", "json")
 @click.pass_obj
 def reserve_command(
@@ -31,42 +32,54 @@ def reserve_command(
     nonscaling: bool,
     dry_run: bool,
     if_not_exists: bool,
+    backend: str,
     output_format: str,
 ) -> None:
-    """Create the Bloom filter KEY (BF.RESERVE) after printing its plan.
+    """Create the Bloom filter KEY (BF.RESERVE, or the bitmap backend) after printing its plan.
 
     Refuses an existing key (exit 5) unless --if-not-exists and the existing filter has the
     same capacity, error rate and expansion. Records the error rate, creation time and
-    bloomctl version in the metadata hash beside it ({KEY}:meta, same hash slot).
+    bloomctl version in the metadata hash beside it ({KEY}:meta, same hash slot). On a
+    server without BF.* commands, --backend auto creates a module-free bitmap filter.
 
     \b
     Examples:
       bloomctl reserve users --capacity 10M --error-rate 0.1%
       bloomctl reserve 'bf:{users}' -c 1M -e 1% --nonscaling --if-not-exists
       bloomctl reserve users -c 10M -e 0.001 --dry-run
+      bloomctl reserve users -c 1M -e 1% --backend bitmap
     """
-    from bloomctl import lifecycle
+    from bloomctl import backends, lifecycle
+    from bloomctl.keys import to_bytes
     from bloomctl.planner import plan as make_plan
 
-    the_plan = make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling))
-    app.server.require_bloom()
-    if output_format != "json":
-        render_plan(the_plan, output_format)
+    chosen = backends.choose(app.server, backend)
+    the_plan = chosen.check_plan(make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, chosen.name)))
     if dry_run:
-        exists = lifecycle.key_type(app.client, key.encode("utf-8", "surrogateescape")) != b"none"
+        exists = backends.key_type(app.client, to_bytes(key)) != b"none"
         if output_format == "json":
-            emit_json({"plan": the_plan.as_dict(), "dry_run": True, "key_exists": exists})
+            emit_json({"plan": plan_data(the_plan, chosen.name), "dry_run": True, "key_exists": exists})
         else:
+            render_plan(the_plan, output_format, chosen.name)
             note(f"dry run: nothing created ({key!r} {'exists' if exists else 'does not exist'})")
         return
-    result = lifecycle.reserve(app.client, app.server, key, the_plan, if_not_exists=if_not_exists)
-    if result.created and result.state.size_bytes != the_plan.size_bytes:
+    # Create first, print after: a refused reserve leaves stdout empty.
+    result = lifecycle.reserve(app.client, app.server, key, the_plan, if_not_exists=if_not_exists, backend=chosen.name)
+    if result.created and backend == "auto" and chosen.name == "bitmap":
+        note(f"{app.server.description} has no BF.* commands: created a module-free bitmap filter")
+    predicted = chosen.size_bytes(the_plan)
+    if result.created and result.state.size_bytes != predicted:
         warn(
-            f"the server reports Size {result.state.size_bytes:,}, the plan predicted {the_plan.size_bytes:,} ({app.server.description})"
+            f"the server reports Size {result.state.size_bytes:,}, the plan predicted {predicted:,} "
+            f"({app.server.description})"
         )
     if output_format == "json":
-        emit_json({"plan": the_plan.as_dict(), "created": result.created, "filter": result.state.as_dict()})
-    elif result.created:
+        emit_json(
+            {"plan": plan_data(the_plan, chosen.name), "created": result.created, "filter": result.state.as_dict()}
+        )
+        return
+    render_plan(the_plan, output_format, chosen.name)
+    if result.created:
         click.echo(f"created {key!r}: Size {result.state.size_bytes:,} bytes, capacity {result.state.capacity:,}")
     else:
         click.echo(f"{key!r} already exists with these parameters: nothing to do")
@@ -112,7 +125,6 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
     """
     from bloomctl import lifecycle
 
-    app.server.require_bloom()
     description = lifecycle.describe(app.client, key, exact=exact)
     data = description.as_dict()
     if output_format == "json":

@@ -90,10 +90,26 @@ def sizing_options(f: F) -> F:
     return f
 
 
-def resolve_expansion(expansion: int | None, nonscaling: bool) -> int | None:
-    """The planner's expansion: None for NONSCALING."""
+def resolve_expansion(expansion: int | None, nonscaling: bool, backend: str = "redisbloom") -> int | None:
+    """The planner's expansion: None for NONSCALING, which the bitmap backend always is."""
     if nonscaling and expansion is not None:
         raise click.UsageError("--expansion and --nonscaling exclude each other")
+    if backend == "bitmap":
+        if expansion is not None:
+            raise click.UsageError("bitmap filters do not grow: leave out --expansion")
+        return None
     if nonscaling:
         return None
     return 2 if expansion is None else expansion
+
+
+def backend_option(f: F) -> F:
+    return click.option(
+        "--backend",
+        type=click.Choice(["auto", "redisbloom", "bitmap"]),
+        default="auto",
+        show_default=True,
+        envvar="BLOOMCTL_BACKEND",
+        help="For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the "
+        "server has it. An existing filter's backend is read from the key. [env: BLOOMCTL_BACKEND]",
+    )(f)

@@ -1,0 +1,254 @@
+"""The bitmap backend: a Bloom filter in one plain Redis string, hashed by server-side Lua.
+
+For servers without RedisBloom (Redis OSS, managed services that refuse modules). The filter
+is a 64-byte header followed by the bit array (layout in ``bitmap.lua`` and the README), so one
+RENAME moves everything. Hashing runs on the server, in a Redis Functions library (Redis 7+)
+or, on older servers, the same Lua code through EVALSHA: any client in any language that can
+send FCALL gets the same answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import weakref
+from collections.abc import Sequence
+from dataclasses import replace
+from importlib import resources
+from typing import Any
+
+from bloomctl.backends import Backend, FilterState, SubFilterState
+from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
+from bloomctl.keys import to_display
+from bloomctl.planner import Plan
+
+LIBRARY_NAME = "bloomctl"
+LIBRARY_VERSION = 1
+FORMAT_VERSION = 1
+MAGIC = b"bloomctl"
+HEADER_BYTES = 64
+HEADER = struct.Struct(">8sBBHIQQdq")  # magic, format, scheme, 0, k, m, capacity, error rate, items
+MAX_STRING_BYTES = 512 * 1024 * 1024
+MAX_BITS = (MAX_STRING_BYTES - HEADER_BYTES) * 8
+
+FUNCTIONS, SCRIPT = "functions", "script"
+HANDLERS = {  # the operations of bitmap.lua, and whether each only reads
+    "reserve": False,
+    "add": False,
+    "madd": False,
+    "exists": True,
+    "mexists": True,
+    "info": True,
+    "card": True,
+    "bitcount": True,
+    "version": True,
+}
+
+
+def library_source() -> str:
+    return resources.files("bloomctl.backends").joinpath("bitmap.lua").read_text(encoding="utf-8")
+
+
+def functions_source() -> str:
+    # One explicit call per function: the loading context of Redis 7.0 has no `pairs`.
+    lines = [library_source()]
+    for op, read_only in HANDLERS.items():
+        flags = "{'no-writes'}" if read_only else "{}"
+        lines.append(
+            f"redis.register_function{{function_name = 'bloomctl_{op}', callback = HANDLERS.{op}[1], flags = {flags}}}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def script_source() -> str:
+    body = library_source().split("\n", 1)[1]  # EVAL rejects the `#!lua name=` shebang
+    return body + "\nlocal op = table.remove(ARGV, 1)\nreturn HANDLERS[op][1](KEYS, ARGV)\n"
+
+
+def positions(item: bytes | str, bits: int, hashes: int) -> list[int]:
+    """The bit positions of ``item``: the reference for the Lua code and for other languages."""
+    data = item.encode() if isinstance(item, str) else item
+    digest = hashlib.sha1(data).hexdigest()
+    h1, h2 = int(digest[:12], 16), int(digest[12:24], 16)
+    pos, step = h1 % bits, h2 % bits or 1
+    out = []
+    for _ in range(hashes):
+        out.append(pos)
+        pos = (pos + step) % bits
+    return out
+
+
+def parse_header(blob: bytes) -> dict[str, Any] | None:
+    if len(blob) < HEADER_BYTES or not blob.startswith(MAGIC):
+        return None
+    _magic, fmt, scheme, _pad, k, m, capacity, error_rate, items = HEADER.unpack_from(blob)
+    return {
+        "format": fmt,
+        "scheme": scheme,
+        "hashes": k,
+        "bits": m,
+        "capacity": capacity,
+        "error_rate": error_rate,
+        "items": items,
+    }
+
+
+def _nodes(client: Any) -> list[Any]:
+    if hasattr(client, "get_primaries"):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
+
+
+def _node_name(node: Any) -> str:
+    kwargs = node.connection_pool.connection_kwargs
+    return f"{kwargs['host']}:{kwargs['port']}" if "host" in kwargs else str(kwargs.get("path"))
+
+
+def _error(exc: Exception, key: bytes) -> Exception:
+    text = str(exc)
+    name = to_display(key)
+    if "not found" in text and "unction" not in text:
+        return KeyMissing(f"no filter at key {name!r}")
+    if text.startswith("WRONGTYPE") or "WRONGTYPE" in text:
+        return WrongType(f"key {name!r} is not a bloomctl bitmap filter")
+    if "item exists" in text:
+        return StateConflict(f"key {name!r} already exists")
+    if "exceeds the 512 MB" in text:
+        return UsageError(text.removeprefix("ERR "))
+    return exc
+
+
+class Bitmap(Backend):
+    name = "bitmap"
+    redis_type = b"string"
+    magic = MAGIC
+
+    def __init__(self) -> None:
+        self._modes: weakref.WeakKeyDictionary[Any, tuple[str, str | None]] = weakref.WeakKeyDictionary()
+
+    # --- the library on the server ---------------------------------------------------------
+
+    @staticmethod
+    def detect_mode(client: Any) -> str:
+        """Functions on Redis 7+ (FUNCTION exists), else EVALSHA."""
+        node = _nodes(client)[0]
+        try:
+            node.execute_command("FUNCTION LIST", "LIBRARYNAME", "__bloomctl_probe__")
+        except Exception as exc:  # unknown command on Redis < 7 and on servers without Functions
+            if "unknown" in str(exc).lower() or "unknown subcommand" in str(exc).lower():
+                return SCRIPT
+            raise
+        return FUNCTIONS
+
+    def installed_versions(self, client: Any) -> dict[str, int | None]:
+        """The library version on every primary (None: not installed)."""
+        found: dict[str, int | None] = {}
+        for node in _nodes(client):
+            try:
+                found[_node_name(node)] = int(node.execute_command("FCALL_RO", "bloomctl_version", 0))
+            except Exception as exc:
+                if "not found" not in str(exc).lower():
+                    raise
+                found[_node_name(node)] = None
+        return found
+
+    def install(self, client: Any) -> str:
+        """Load the library (Functions, REPLACE) or the script (EVALSHA) on every primary; idempotent."""
+        mode = self.detect_mode(client)
+        sha = None
+        for node in _nodes(client):
+            if mode == FUNCTIONS:
+                node.execute_command("FUNCTION LOAD", "REPLACE", functions_source())
+            else:
+                sha = node.script_load(script_source())
+        self._modes[client] = (mode, sha)
+        return mode
+
+    def ensure(self, client: Any) -> tuple[str, str | None]:
+        """Make sure the current library is callable; install it when absent, refuse an outdated one."""
+        cached = self._modes.get(client)
+        if cached:
+            return cached
+        mode = self.detect_mode(client)
+        if mode == SCRIPT:
+            self.install(client)
+            return self._modes[client]
+        versions = self.installed_versions(client)
+        outdated = {node: v for node, v in versions.items() if v is not None and v != LIBRARY_VERSION}
+        if outdated:
+            detail = ", ".join(f"{node} has version {v}" for node, v in outdated.items())
+            raise UnsupportedServer(
+                f"the bloomctl function library on the server is not version {LIBRARY_VERSION} ({detail}): "
+                "run `bloomctl functions install`"
+            )
+        if any(v is None for v in versions.values()):
+            self.install(client)
+        self._modes[client] = (FUNCTIONS, None)
+        return self._modes[client]
+
+    def command(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> list[Any]:
+        """The command (a list ready for execute_command or a pipeline) that runs ``op`` on ``key``."""
+        mode, sha = self.ensure(client)
+        if mode == FUNCTIONS:
+            return ["FCALL_RO" if read_only else "FCALL", f"bloomctl_{op}", 1, key, *args]
+        return ["EVALSHA", sha, 1, key, op, *args]
+
+    def call(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> Any:
+        import redis
+
+        try:
+            return client.execute_command(*self.command(client, op, key, *args, read_only=read_only))
+        except redis.exceptions.NoScriptError:
+            self._modes.pop(client, None)  # the script cache was flushed: load again, once
+            return client.execute_command(*self.command(client, op, key, *args, read_only=read_only))
+        except redis.exceptions.ResponseError as exc:
+            raise _error(exc, key) from None
+
+    # --- the Backend interface -------------------------------------------------------------
+
+    def check_plan(self, plan: Plan) -> Plan:
+        if plan.scaling:
+            raise UsageError("bitmap filters do not grow: use --nonscaling (or leave --expansion out)")
+        if plan.first.bits > MAX_BITS:
+            raise UsageError(
+                f"{plan.first.bytes:,} bytes of bits exceed Redis's 512 MB string limit: lower --capacity or raise "
+                "--error-rate, or split the set over several filters (shards)"
+            )
+        return plan
+
+    def reserve(self, client: Any, key: bytes, plan: Plan) -> None:
+        self.check_plan(plan)
+        self.call(client, "reserve", key, plan.first.bits, plan.first.hashes, plan.capacity, repr(plan.error_rate))
+
+    def size_bytes(self, plan: Plan) -> int:
+        return HEADER_BYTES + plan.first.bytes
+
+    def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
+        return kind == self.redis_type and client.getrange(key, 0, len(MAGIC) - 1) == MAGIC
+
+    def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
+        raw = self.call(client, "info", key, read_only=True)
+        fields = {(raw[i].decode() if isinstance(raw[i], bytes) else raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
+        capacity, items = int(fields["Capacity"]), int(fields["Number of items inserted"])
+        bits = int(fields["Bits"])
+        error_rate = float(fields["Error rate"])
+        sub = SubFilterState(0, capacity, items, error_rate, int(fields["Hashes"]), bits, bits // 8)
+        return FilterState(self.name, capacity, int(fields["Size"]), 1, items, None, (sub,))
+
+    def bit_fill(self, client: Any, key: bytes) -> FilterState:
+        state = self.info(client, key)
+        bits_set = int(self.call(client, "bitcount", key, read_only=True))
+        return replace(state, subfilters=(replace(state.subfilters[0], bits_set=bits_set),))
+
+    def card(self, client: Any, key: bytes) -> int:
+        return int(self.call(client, "card", key, read_only=True))
+
+    def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        if not items:
+            return []
+        return [reply == 1 for reply in self.call(client, "madd", key, *items)]
+
+    def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        if not items:
+            return []
+        return [reply == 1 for reply in self.call(client, "mexists", key, *items, read_only=True)]

@@ -1,0 +1,99 @@
+"""``bloomctl functions``: install and check the server-side library of the bitmap backend."""
+
+from __future__ import annotations
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import format_option
+from bloomctl.cli.render import emit_json
+from bloomctl.errors import ExitCode
+
+
+@click.group("functions")
+def functions_group() -> None:
+    """The bitmap backend's server-side library (Redis Functions on Redis 7+, EVALSHA before).
+
+    \b
+    Examples:
+      bloomctl functions install
+      bloomctl functions status
+      bloomctl functions source > bloomctl.lua && redis-cli FUNCTION LOAD REPLACE "$(cat bloomctl.lua)"
+    """
+
+
+def _status(app: AppContext) -> dict:
+    from bloomctl.backends.bitmap import FUNCTIONS, LIBRARY_VERSION, Bitmap
+
+    backend = Bitmap()
+    mode = backend.detect_mode(app.client)
+    nodes = backend.installed_versions(app.client) if mode == FUNCTIONS else {}
+    states = {
+        node: "current" if v == LIBRARY_VERSION else "missing" if v is None else "outdated" for node, v in nodes.items()
+    }
+    return {
+        "mode": mode,
+        "library": "bloomctl",
+        "expected_version": LIBRARY_VERSION,
+        "nodes": [{"node": node, "version": nodes[node], "state": state} for node, state in states.items()],
+        "ok": all(state == "current" for state in states.values()),
+    }
+
+
+def _print_status(status: dict) -> None:
+    if status["mode"] != "functions":
+        click.echo("mode script: this server has no Redis Functions; bloomctl loads its Lua with SCRIPT LOAD/EVALSHA")
+        return
+    for node in status["nodes"]:
+        version = "-" if node["version"] is None else node["version"]
+        click.echo(
+            f"{node['node']} library bloomctl version {version} ({node['state']}, expected {status['expected_version']})"
+        )
+
+
+@functions_group.command("install")
+@format_option("text", "json")
+@click.pass_obj
+def install_command(app: AppContext, output_format: str) -> None:
+    """Load (or replace) the library on every primary. Idempotent.
+
+    \b
+    Example:
+      bloomctl functions install
+    """
+    from bloomctl.backends.bitmap import Bitmap
+
+    Bitmap().install(app.client)
+    status = _status(app)
+    emit_json(status) if output_format == "json" else _print_status(status)
+
+
+@functions_group.command("status")
+@format_option("text", "json")
+@click.pass_obj
+def status_command(app: AppContext, output_format: str) -> None:
+    """Show the library version on every primary; exit 1 when one is missing or outdated.
+
+    \b
+    Example:
+      bloomctl functions status --format json
+    """
+    status = _status(app)
+    emit_json(status) if output_format == "json" else _print_status(status)
+    if not status["ok"]:
+        click.echo("bloomctl: the function library is missing or outdated: run `bloomctl functions install`", err=True)
+        raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
+
+
+@functions_group.command("source")
+@click.option("--script", is_flag=True, help="The EVAL form (for servers without Functions) instead of the library.")
+def source_command(script: bool) -> None:
+    """Print the Lua source, for loading it with another tool or reading the hash scheme.
+
+    \b
+    Example:
+      bloomctl functions source | redis-cli -x FUNCTION LOAD REPLACE
+    """
+    from bloomctl.backends.bitmap import functions_source, script_source
+
+    click.echo(script_source() if script else functions_source(), nl=False)
