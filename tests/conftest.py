@@ -136,3 +136,68 @@ def cli_bloom(bloom: RedisServer) -> Cli:
 @pytest.fixture
 def cli() -> Cli:
     return Cli()
+
+
+# --- the lifecycle suite runs on every backend and topology --------------------------------
+
+TARGETS = [
+    pytest.param(("bitmap", "standalone"), id="bitmap-standalone"),
+    pytest.param(("bitmap", "cluster"), id="bitmap-cluster", marks=pytest.mark.cluster),
+    pytest.param(("redisbloom", "standalone"), id="redisbloom-standalone", marks=pytest.mark.redisbloom),
+    pytest.param(
+        ("redisbloom", "cluster"), id="redisbloom-cluster", marks=[pytest.mark.redisbloom, pytest.mark.cluster]
+    ),
+]
+
+
+class Target:
+    """A server (standalone or Cluster) and the backend under test, with helpers that go through the library."""
+
+    def __init__(self, backend_name: str, topology: str, url: str) -> None:
+        from bloomctl import backends
+        from bloomctl.connection import connect, settings_from
+
+        self.backend = backends.get(backend_name)
+        self.topology = topology
+        self.url = url
+        self.client = connect(settings_from(url))
+        self.cli = Cli(url)
+
+    @property
+    def cluster(self) -> bool:
+        return self.topology == "cluster"
+
+    def reserve(self, key, capacity: int, error_rate: float = 0.01) -> None:
+        from bloomctl.planner import plan
+
+        expansion = 2 if self.backend.name == "redisbloom" else None
+        self.backend.reserve(self.client, _b(key), plan(capacity, error_rate, expansion))
+
+    def add(self, key, items) -> list[bool]:
+        items = list(items)
+        added: list[bool] = []
+        for start in range(0, len(items), 1000):
+            added += self.backend.madd(self.client, _b(key), items[start : start + 1000])
+        return added
+
+    def card(self, key) -> int:
+        return self.backend.card(self.client, _b(key))
+
+
+def _b(key) -> bytes:
+    from bloomctl.keys import to_bytes
+
+    return to_bytes(key)
+
+
+@pytest.fixture(params=TARGETS)
+def target(request: pytest.FixtureRequest) -> Target:
+    backend_name, topology = request.param
+    fixture = {
+        ("bitmap", "standalone"): "plain",
+        ("bitmap", "cluster"): "cluster",
+        ("redisbloom", "standalone"): "bloom",
+        ("redisbloom", "cluster"): "bcluster",
+    }[request.param]
+    server = request.getfixturevalue(fixture)
+    return Target(backend_name, topology, server.url)

@@ -123,19 +123,22 @@ class Bitmap(Backend):
     redis_type = b"string"
     magic = MAGIC
 
-    def __init__(self) -> None:
+    def __init__(self, mode: str | None = None) -> None:
+        """``mode`` forces ``functions`` or ``script``; by default the server decides."""
+        self.forced_mode = mode
         self._modes: weakref.WeakKeyDictionary[Any, tuple[str, str | None]] = weakref.WeakKeyDictionary()
 
     # --- the library on the server ---------------------------------------------------------
 
-    @staticmethod
-    def detect_mode(client: Any) -> str:
+    def detect_mode(self, client: Any) -> str:
         """Functions on Redis 7+ (FUNCTION exists), else EVALSHA."""
+        if self.forced_mode:
+            return self.forced_mode
         node = _nodes(client)[0]
         try:
             node.execute_command("FUNCTION LIST", "LIBRARYNAME", "__bloomctl_probe__")
         except Exception as exc:  # unknown command on Redis < 7 and on servers without Functions
-            if "unknown" in str(exc).lower() or "unknown subcommand" in str(exc).lower():
+            if "unknown" in str(exc).lower():
                 return SCRIPT
             raise
         return FUNCTIONS

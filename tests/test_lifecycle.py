@@ -1,0 +1,300 @@
+"""The lifecycle suite: reserve, info, fill-ratio, swap and rollback end to end through the CLI.
+
+Runs on every backend and topology (``target``): the bitmap backend on plain Redis 7
+(standalone and a 3-master Cluster) everywhere, RedisBloom wherever the module is given.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bloomctl import lifecycle
+from bloomctl.keys import KeyFamily
+from bloomctl.lifecycle import read_metadata
+from bloomctl.planner import plan
+from bloomctl.server import detect
+from tests.hammer import Hammer
+
+AWKWARD_KEYS = ["users", "bf:{users}", "a}b", "ünï code"]
+
+
+def expansion_args(target) -> list[str]:
+    return [] if target.backend.name == "redisbloom" else ["--nonscaling"]
+
+
+# --- reserve --------------------------------------------------------------------------------
+
+
+def test_reserve_creates_the_planned_filter_with_metadata(target):
+    cli = target.cli
+    result = cli("reserve", "users", "-c", "100k", "-e", "0.1%", "--backend", target.backend.name, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["created"] is True and data["filter"]["backend"] == target.backend.name
+    expected = plan(100_000, 0.001, 2 if target.backend.name == "redisbloom" else None)
+    assert data["filter"]["size_bytes"] == target.backend.size_bytes(expected) == data["plan"]["size_bytes"]
+    assert data["filter"]["subfilters"][0]["hashes"] == expected.first.hashes
+    assert data["filter"]["subfilters"][0]["error_rate"] == pytest.approx(expected.first.error_rate)
+    meta = read_metadata(target.client, KeyFamily.of("users").meta)
+    assert meta["backend"] == target.backend.name and float(meta["error_rate"]) == 0.001
+    assert meta["created_by"].startswith("bloomctl ")
+
+
+def test_reserve_guards(target):
+    cli = target.cli
+    args = ["-c", "1000", "-e", "1%", "--backend", target.backend.name, *expansion_args(target)]
+    assert cli("reserve", "users", *args).exit_code == 0
+    again = cli("reserve", "users", *args)
+    assert again.exit_code == 5 and "already exists" in again.stderr and again.stdout == ""
+    same = cli("reserve", "users", *args, "--if-not-exists")
+    assert same.exit_code == 0 and "nothing to do" in same.stdout
+    other = cli(
+        "reserve",
+        "users",
+        "-c",
+        "2000",
+        "-e",
+        "1%",
+        "--backend",
+        target.backend.name,
+        *expansion_args(target),
+        "--if-not-exists",
+    )
+    assert other.exit_code == 5 and "different parameters" in other.stderr
+    target.client.set("taken", "precious")
+    taken = cli("reserve", "taken", *args)
+    assert taken.exit_code == 5 and "string" in taken.stderr
+    assert target.client.get("taken") == b"precious"
+    dry = cli("reserve", "fresh", *args, "--dry-run", "--format", "json")
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["key_exists"] is False
+    assert not target.client.exists("fresh")
+
+
+@pytest.mark.parametrize("key", AWKWARD_KEYS)
+def test_awkward_key_names(target, key):
+    assert target.cli("reserve", key, "-c", "100", "-e", "1%", "--backend", target.backend.name).exit_code == 0
+    target.add(key, [b"x", "ÿ", b"\x00\xff"])
+    data = json.loads(target.cli("info", key, "--format", "json").stdout)
+    assert data["key"] == key and data["items"] == 3
+    assert data["metadata"]["backend"] == target.backend.name
+
+
+# --- info -----------------------------------------------------------------------------------
+
+
+def test_info_json_and_table(target):
+    target.reserve("users", 1000)
+    target.add("users", [f"user:{i}" for i in range(600)])
+    target.client.expire("users", 3600)
+    target.reserve(KeyFamily.of("users").standby, 1000)
+    data = json.loads(target.cli("info", "users", "--format", "json").stdout)
+    assert data["backend"] == target.backend.name
+    assert 590 <= data["items"] <= 600  # an add that finds every bit already set (a false positive) is not counted
+    assert data["items"] == target.card("users")
+    assert data["fill_ratio"] == pytest.approx(data["items"] / 1000)
+    assert 0 < data["estimated_fpr"] < 0.01
+    assert data["companions"]["standby"]["exists"] is True and data["companions"]["old"]["exists"] is False
+    assert 3500 < data["ttl_seconds"] <= 3600
+    assert data["slot"] == KeyFamily.of("users").slot
+    assert (data["node"] is not None) == target.cluster
+    table = target.cli("info", "users", "--format", "table")
+    assert table.exit_code == 0 and "{users}:standby  (exists)" in table.stdout
+
+
+def test_info_exact_measures_the_bits(target):
+    target.reserve("users", 2000)
+    target.add("users", [f"u{i}" for i in range(1500)])
+    data = json.loads(target.cli("info", "users", "--exact", "--format", "json").stdout)
+    assert data["exact"] is True
+    sub = data["subfilters"][0]
+    assert 0 < sub["bits_set"] <= 1500 * sub["hashes"]
+    assert sub["estimated_fpr"] == pytest.approx((sub["bits_set"] / sub["bits"]) ** sub["hashes"])
+    # the measured fill is close to its expectation 1 - e^(-kn/m)
+    estimate = json.loads(target.cli("info", "users", "--format", "json").stdout)["subfilters"][0]["bit_fill"]
+    assert sub["bit_fill"] == pytest.approx(estimate, rel=0.03)
+
+
+def test_info_errors(target):
+    missing = target.cli("info", "nope")
+    assert missing.exit_code == 5 and "does not exist" in missing.stderr and missing.stdout == ""
+    target.client.hset("h", "a", "b")
+    wrong = target.cli("info", "h")
+    assert wrong.exit_code == 5 and "holds a hash" in wrong.stderr
+
+
+# --- fill-ratio -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def filled(target):
+    """Filters at 10%, 85% and 99% of capacity, a standby, and a string that is not a filter."""
+    for key, n in (("bf:a", 100), ("bf:b", 850), ("bf:c", 990)):
+        target.reserve(key, 1000)
+        target.add(key, [f"{key}:{i}" for i in range(n)])
+    target.reserve("bf:{a}:standby", 1000)
+    target.client.set("bf:string", "x")
+    return target
+
+
+def test_fill_ratio_text_and_exit_codes(filled):
+    cli = filled.cli
+    ok = cli("fill-ratio", "bf:a", "--format", "text")
+    assert ok.exit_code == 0 and ok.stdout.startswith("bf:a OK fill=0.")
+    over = cli("fill-ratio", "bf:*", "--max", "0.95", "--format", "text")
+    assert over.exit_code == 1
+    lines = over.stdout.strip().splitlines()
+    assert [line.split()[:2] for line in lines] == [["bf:a", "OK"], ["bf:b", "WARN"], ["bf:c", "OVER"]]
+    assert "1 of 3 filters over the limit: bf:c" in over.stderr
+    assert cli("fill-ratio", "bf:*", "--format", "text").exit_code == 0  # default --max 1.0
+
+
+def test_fill_ratio_json_and_max_fpr(filled):
+    result = filled.cli("fill-ratio", "bf:b", "bf:a", "--format", "json")
+    data = json.loads(result.stdout)
+    assert [f["key"] for f in data["filters"]] == ["bf:b", "bf:a"]
+    assert [f["status"] for f in data["filters"]] == ["warn", "ok"]
+    strict = filled.cli("fill-ratio", "bf:b", "--max-fpr", "1e-9", "--format", "json")
+    assert strict.exit_code == 1 and json.loads(strict.stdout)["filters"][0]["status"] == "over"
+
+
+def test_fill_ratio_prometheus(filled):
+    result = filled.cli("fill-ratio", "bf:*", "--exact", "--format", "prometheus")
+    assert result.exit_code == 0, result.stderr
+    families = {f.name: f for f in text_string_to_metric_families(result.stdout)}
+    fill = {s.labels["key"]: s.value for s in families["bloomctl_fill_ratio"].samples}
+    assert fill == pytest.approx({"bf:a": 0.1, "bf:b": 0.85, "bf:c": 0.99}, abs=0.01)
+    assert {s.labels["key"] for s in families["bloomctl_bit_fill"].samples} == {"bf:a", "bf:b", "bf:c"}
+    assert families["bloomctl_over_max"].type == "gauge"
+
+
+def test_fill_ratio_glob_reaches_every_master(target):
+    keys = [f"g:{i}" for i in range(24)]
+    for key in keys:
+        target.reserve(key, 100)
+    if target.cluster:
+        assert len({target.client.get_node_from_key(k).port for k in keys}) == 3
+    data = json.loads(target.cli("fill-ratio", "g:*", "--format", "json").stdout)
+    assert sorted(f["key"] for f in data["filters"]) == sorted(keys)
+
+
+def test_fill_ratio_missing(filled):
+    assert filled.cli("fill-ratio", "nope").exit_code == 5
+    nothing = filled.cli("fill-ratio", "zz:*")
+    assert nothing.exit_code == 5 and "no Bloom filter matches" in nothing.stderr
+
+
+# --- swap and rollback ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def pair(target):
+    """An active filter with 1000 items and a standby with 1200 (a superset), with metadata."""
+    family = KeyFamily.of("users")
+    target.reserve(family.active, 5000)
+    target.reserve(family.standby, 5000)
+    target.add(family.active, [f"u{i}" for i in range(1000)])
+    target.add(family.standby, [f"u{i}" for i in range(1200)])
+    target.client.hset(family.meta, "generation", "1")
+    target.client.hset(family.standby_meta, "generation", "2")
+    return target, family
+
+
+def test_swap_then_rollback(pair):
+    target, family = pair
+    before_active, before_standby = target.card("users"), target.card(family.standby)
+    result = target.cli("swap", "users", "--keep-old", "600", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["replaced"] is True and (data["items"], data["previous_items"]) == (before_standby, before_active)
+    assert target.card("users") == before_standby
+    assert target.client.hget(family.meta, "generation") == b"2"
+    assert 0 < target.client.ttl(family.old) <= 600
+    assert not target.client.exists(family.standby)
+
+    back = target.cli("rollback", "users", "--yes")
+    assert back.exit_code == 0, back.stderr
+    assert target.card("users") == before_active
+    assert target.client.hget(family.meta, "generation") == b"1"
+    assert target.card(family.standby) == before_standby
+    assert target.client.ttl("users") == -1
+
+
+def test_swap_without_keep_old(pair):
+    target, family = pair
+    result = target.cli("swap", "users", "--yes")
+    assert result.exit_code == 0 and "unlinked" in result.stdout
+    assert not target.client.exists(family.old)
+    nothing = target.cli("rollback", "users", "--yes")
+    assert nothing.exit_code == 5 and "--keep-old" in nothing.stderr
+
+
+def test_swap_guards_change_nothing(pair):
+    target, family = pair
+    active_items = target.card("users")
+    target.client.delete(family.standby)
+    missing = target.cli("swap", "users", "--yes")
+    assert missing.exit_code == 5 and "does not exist" in missing.stderr
+    target.client.set(family.standby, "not a filter")
+    wrong = target.cli("swap", "users", "--yes")
+    assert wrong.exit_code == 5 and "string" in wrong.stderr
+    target.client.delete(family.standby)
+    target.reserve(family.standby, 5000)
+    target.add(family.standby, ["a", "b"])
+    shrink = target.cli("swap", "users", "--yes")
+    assert shrink.exit_code == 5 and "--allow-shrink" in shrink.stderr
+    assert target.card("users") == active_items
+    allowed = target.cli("swap", "users", "--yes", "--allow-shrink")
+    assert allowed.exit_code == 0 and target.card("users") == 2
+
+
+def test_swap_custom_standby_must_share_the_slot_on_a_cluster(pair):
+    target, _ = pair
+    target.reserve("users:v2", 100) if not target.cluster else target.reserve("{users}:v2", 100)
+    standby = "{users}:v2" if target.cluster else "users:v2"
+    result = target.cli("swap", "users", "--standby", standby, "--allow-shrink", "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert target.card("users") == 0 and not target.client.exists(standby)
+    if target.cluster:
+        target.reserve("elsewhere", 100)
+        crossed = target.cli("swap", "users", "--standby", "elsewhere", "--yes")
+        assert crossed.exit_code == 5 and "hash tag" in crossed.stderr
+
+
+def test_swap_asks_on_a_terminal(pair, monkeypatch):
+    import bloomctl.cli.cutover as cutover
+
+    target, _ = pair
+    before = target.card("users")
+    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    refused = target.cli("swap", "users", input="n\n")
+    assert refused.exit_code == 5 and "not confirmed" in refused.stderr
+    assert target.card("users") == before
+    assert target.cli("swap", "users", input="y\n").exit_code == 0
+    assert target.card("users") != before
+
+
+@pytest.mark.parametrize("key", AWKWARD_KEYS)
+def test_readers_see_every_member_through_many_swaps(target, key):
+    """`exists` from another connection, for a member of both filters, never errs and never says no."""
+    from bloomctl.connection import connect, settings_from
+
+    server = detect(target.client)
+    family = KeyFamily.of(key)
+    target.reserve(family.active, 1000)
+    target.add(family.active, ["member"])
+    reader = connect(settings_from(target.url))
+    backend = target.backend
+
+    def probe(client):
+        return backend.mexists(client, family.active, ["member"])
+
+    with Hammer(reader, probe, lambda answer: answer == [True]) as hammer:
+        for _ in range(60):
+            target.reserve(family.standby, 1000)
+            target.add(family.standby, ["member"])
+            lifecycle.swap(target.client, lifecycle.prepare_swap(target.client, server, key))
+    assert hammer.calls > 60
+    assert hammer.bad == []
