@@ -171,6 +171,19 @@ class Backend(ABC):
     @abstractmethod
     def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]: ...
 
+    @abstractmethod
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        """The command that adds ``items``, for a pipeline; its reply goes through ``parse_flags``."""
+
+    @abstractmethod
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        """The command that checks ``items``, for a pipeline; its reply goes through ``parse_flags``."""
+
+    @staticmethod
+    def parse_flags(reply: Sequence[Any]) -> list[bool]:
+        """A reply of MADD/MEXISTS form: one 1 or 0 per item."""
+        return [flag == 1 for flag in reply]
+
 
 _BACKENDS: dict[str, Backend] = {}
 

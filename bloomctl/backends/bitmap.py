@@ -246,12 +246,18 @@ class Bitmap(Backend):
     def card(self, client: Any, key: bytes) -> int:
         return int(self.call(client, "card", key, read_only=True))
 
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        return self.command(client, "madd", key, *items)
+
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        return self.command(client, "mexists", key, *items, read_only=True)
+
     def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
-        return [reply == 1 for reply in self.call(client, "madd", key, *items)]
+        return self.parse_flags(self.call(client, "madd", key, *items))
 
     def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
-        return [reply == 1 for reply in self.call(client, "mexists", key, *items, read_only=True)]
+        return self.parse_flags(self.call(client, "mexists", key, *items, read_only=True))

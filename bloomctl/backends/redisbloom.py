@@ -159,12 +159,18 @@ class RedisBloom(Backend):
         except UnsupportedServer:  # RedisBloom before 2.4.4: the (equal) BF.INFO count
             return self.info(client, key, with_header=False).items
 
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        return ["BF.MADD", key, *items]
+
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+        return ["BF.MEXISTS", key, *items]
+
     def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
-        return [reply == 1 for reply in self.call(client, key, "BF.MADD", key, *items)]
+        return self.parse_flags(self.call(client, key, *self.madd_command(client, key, items)))
 
     def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
-        return [reply == 1 for reply in self.call(client, key, "BF.MEXISTS", key, *items)]
+        return self.parse_flags(self.call(client, key, *self.mexists_command(client, key, items)))

@@ -96,7 +96,7 @@ def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
         ("estimated FPR now", fmt_rate(data["estimated_fpr"]) + ("  (measured bit fill)" if data["exact"] else "")),
         ("sub-filters", str(data["filters"])),
         ("expansion", "none (NONSCALING)" if data["nonscaling"] else str(data["expansion"])),
-        ("memory (BF.INFO Size)", f"{data['size_bytes']:,}  ({human_bytes(data['size_bytes'])})"),
+        ("size", f"{data['size_bytes']:,} bytes  ({human_bytes(data['size_bytes'])})"),
         ("ttl", "none" if data["ttl_seconds"] is None else f"{data['ttl_seconds']:.0f}s"),
         ("slot", str(data["slot"]) + (f"  (node {data['node']})" if data["node"] else "")),
     ]
