@@ -172,11 +172,11 @@ class Backend(ABC):
     def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]: ...
 
     @abstractmethod
-    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         """The command that adds ``items``, for a pipeline; its reply goes through ``parse_flags``."""
 
     @abstractmethod
-    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         """The command that checks ``items``, for a pipeline; its reply goes through ``parse_flags``."""
 
     @staticmethod

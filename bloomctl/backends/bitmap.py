@@ -189,12 +189,12 @@ class Bitmap(Backend):
         self._modes[client] = (FUNCTIONS, None)
         return self._modes[client]
 
-    def command(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> list[Any]:
-        """The command (a list ready for execute_command or a pipeline) that runs ``op`` on ``key``."""
+    def command(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> tuple[Any, ...]:
+        """The command (ready for execute_command, a pipeline or hiredis.pack_command) that runs ``op`` on ``key``."""
         mode, sha = self.ensure(client)
         if mode == FUNCTIONS:
-            return ["FCALL_RO" if read_only else "FCALL", f"bloomctl_{op}", 1, key, *args]
-        return ["EVALSHA", sha, 1, key, op, *args]
+            return ("FCALL_RO" if read_only else "FCALL", f"bloomctl_{op}", 1, key, *args)
+        return ("EVALSHA", sha, 1, key, op, *args)
 
     def call(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> Any:
         import redis
@@ -246,10 +246,10 @@ class Bitmap(Backend):
     def card(self, client: Any, key: bytes) -> int:
         return int(self.call(client, "card", key, read_only=True))
 
-    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return self.command(client, "madd", key, *items)
 
-    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return self.command(client, "mexists", key, *items, read_only=True)
 
     def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:

@@ -159,11 +159,11 @@ class RedisBloom(Backend):
         except UnsupportedServer:  # RedisBloom before 2.4.4: the (equal) BF.INFO count
             return self.info(client, key, with_header=False).items
 
-    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
-        return ["BF.MADD", key, *items]
+    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+        return ("BF.MADD", key, *items)
 
-    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[Any]:
-        return ["BF.MEXISTS", key, *items]
+    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+        return ("BF.MEXISTS", key, *items)
 
     def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:

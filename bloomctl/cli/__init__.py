@@ -103,7 +103,7 @@ def main(ctx: click.Context, **connection: Any) -> None:
     ctx.call_on_close(app.close)
 
 
-from bloomctl.cli import cutover, fill, filters, functions, plan  # noqa: E402  (commands register on `main`)
+from bloomctl.cli import cutover, fill, filters, functions, plan, rebuild  # noqa: E402  (commands register on `main`)
 
 main.add_command(plan.plan_command)
 main.add_command(filters.reserve_command)
@@ -111,4 +111,5 @@ main.add_command(filters.info_command)
 main.add_command(fill.fill_ratio_command)
 main.add_command(cutover.swap_command)
 main.add_command(cutover.rollback_command)
+main.add_command(rebuild.rebuild_command)
 main.add_command(functions.functions_group)

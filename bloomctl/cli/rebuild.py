@@ -1,0 +1,291 @@
+"""``bloomctl rebuild``: stream CSV or SQL into the standby, verify, and optionally swap."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import _parse_capacity, _parse_error_rate, format_option
+from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
+
+LOG_EVERY_SECONDS = 5.0
+
+
+class Reporter:
+    """Progress and log lines on stderr: tqdm on a terminal, a line every few seconds elsewhere."""
+
+    def __init__(self, quiet: bool, log_format: str, total: int | None = None) -> None:
+        self.quiet, self.log_format = quiet, log_format
+        self.bar: Any = None
+        self.total = total
+        self.last_log = time.monotonic()
+        self.started = time.monotonic()
+        self.done = 0
+
+    def event(self, message: str, fields: dict[str, Any]) -> None:
+        if self.quiet:
+            return
+        if fields.get("phase") == "count" and "rows" in fields:
+            self.total = fields["rows"]
+        if self.log_format == "json":
+            click.echo(json.dumps({"time": round(time.time(), 3), "message": message, **fields}, default=str), err=True)
+        elif self.bar is not None:
+            self.bar.write(message, file=sys.stderr)
+        else:
+            click.echo(message, err=True)
+
+    def progress(self, done: int) -> None:
+        if self.quiet:
+            return
+        step, self.done = done - self.done, done
+        if sys.stderr.isatty() and self.log_format == "text":
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=self.total, unit=" items", unit_scale=True, file=sys.stderr, leave=False)
+            self.bar.update(step)
+            return
+        now = time.monotonic()
+        if now - self.last_log >= LOG_EVERY_SECONDS:
+            self.last_log = now
+            rate = done / (now - self.started) if now > self.started else 0
+            total = f" of ~{self.total:,}" if self.total else ""
+            self.event(
+                f"loaded {done:,}{total} items ({rate:,.0f}/s)",
+                {"phase": "load", "items": done, "items_per_second": round(rate)},
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
+    if value is None or value.strip().lower() == "auto":
+        return value and "auto"
+    return _parse_capacity(ctx, param, value)
+
+
+@click.command("rebuild")
+@click.argument("key")
+@click.option(
+    "--from-csv", "csv_path", metavar="PATH", help="Read items from a CSV file ('-' for stdin, .gz read transparently)."
+)
+@click.option("--from-sql", "sql", metavar="QUERY", help="Read items from a SQL query (first column, or --column).")
+@click.option(
+    "--db-url",
+    envvar="BLOOMCTL_DB_URL",
+    metavar="URL",
+    help="SQLAlchemy URL: postgresql://, mysql://, sqlite:///path. [env: BLOOMCTL_DB_URL keeps passwords out of argv]",
+)
+@click.option(
+    "--column",
+    metavar="NAME|N",
+    help="The column holding the item: a header name or a 1-based position [default: the first].",
+)
+@click.option("--no-header", is_flag=True, help="The CSV has no header line.")
+@click.option("--delimiter", default=",", show_default=True, help="CSV field separator.")
+@click.option("--encoding", default="utf-8", show_default=True, help="CSV text encoding (items are stored as UTF-8).")
+@click.option("--template", metavar="TEXT", help="Build items from columns, e.g. 'user:{user_id}' or 'order:{1}:{3}'.")
+@click.option("--prefix", metavar="TEXT", help="Prepend this to every item, e.g. 'user:'.")
+@click.option(
+    "--skip-bad-rows",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Tolerate up to N unreadable rows (reported); one more stops the run.",
+)
+@click.option(
+    "--capacity",
+    "-c",
+    callback=_capacity,
+    metavar="N|auto",
+    help="Capacity, or auto: rows counted x --headroom [default: the active filter's, else auto].",
+)
+@click.option(
+    "--headroom", type=float, default=2.0, show_default=True, help="Multiplier on the counted rows for --capacity auto."
+)
+@click.option("--error-rate", "-e", callback=_parse_error_rate, help="[default: the active filter's]")
+@click.option("--expansion", type=click.IntRange(min=1), help="[default: the active filter's, else 2]")
+@click.option("--nonscaling", is_flag=True, help="Build a filter that never grows.")
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "redisbloom", "bitmap"]),
+    default="auto",
+    show_default=True,
+    envvar="BLOOMCTL_BACKEND",
+    help="For a first build; an existing filter keeps its backend.",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=5000, show_default=True, help="Items per BF.MADD / FCALL."
+)
+@click.option("--window", type=click.IntRange(min=1), default=4, show_default=True, help="Batches in flight at once.")
+@click.option(
+    "--verify-sample",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="Check this many random source items in the standby before swapping (0: none).",
+)
+@click.option(
+    "--verify",
+    "verify_mode",
+    type=click.Choice(["sample", "all"]),
+    default="sample",
+    show_default=True,
+    help="all: a second pass over the source checks every item.",
+)
+@click.option(
+    "--since-column", metavar="COLUMN", help="SQL: after the load, re-read rows whose COLUMN >= load start - skew."
+)
+@click.option(
+    "--catchup-skew",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds subtracted from the load start for catch-up.",
+)
+@click.option("--swap", "do_swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
+@click.option(
+    "--keep-old",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="With --swap: keep the replaced filter this many seconds for rollback.",
+)
+@click.option(
+    "--min-ratio",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="With --swap: refuse when the standby has fewer items than this fraction of the active.",
+)
+@click.option("--allow-shrink", is_flag=True, help="With --swap: swap even below --min-ratio.")
+@click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Log lines on stderr."
+)
+@format_option("text", "json")
+@click.pass_obj
+def rebuild_command(
+    app: AppContext,
+    key: str,
+    csv_path: str | None,
+    sql: str | None,
+    db_url: str | None,
+    column: str | None,
+    no_header: bool,
+    delimiter: str,
+    encoding: str,
+    template: str | None,
+    prefix: str | None,
+    skip_bad_rows: int,
+    capacity: int | str | None,
+    headroom: float,
+    error_rate: float | None,
+    expansion: int | None,
+    nonscaling: bool,
+    backend: str,
+    batch_size: int,
+    window: int,
+    verify_sample: int,
+    verify_mode: str,
+    since_column: str | None,
+    catchup_skew: float,
+    do_swap: bool,
+    keep_old: float,
+    min_ratio: float,
+    allow_shrink: bool,
+    dry_run: bool,
+    quiet: bool,
+    log_format: str,
+    output_format: str,
+) -> None:
+    """Rebuild the filter KEY from its source of truth into the standby, verify it, and swap with --swap.
+
+    Streams the source (constant memory) into the standby key ({KEY}:standby, same hash slot)
+    with several batches in flight, under the filter's lock (a second rebuild exits 6 at once).
+    Before any swap, a random sample of source items (or all, with --verify all) must be found
+    in the standby: a miss exits 7 with nothing swapped. Without --swap the verified standby
+    stays for `bloomctl swap` later. The active filter is never touched until the final,
+    atomic swap.
+
+    \b
+    Examples:
+      bloomctl rebuild users --from-csv users.csv.gz --column user_id --prefix user: --swap
+      bloomctl rebuild users --from-sql 'SELECT id FROM users' --capacity auto --error-rate 0.1% --swap
+      BLOOMCTL_DB_URL=postgresql://app@db/prod bloomctl rebuild users \\
+          --from-sql 'SELECT id, updated_at FROM users' --since-column updated_at --swap --keep-old 3600
+      zcat users.csv.gz | bloomctl rebuild users --from-csv - --no-header -c 10M -e 1% --dry-run
+    """
+    from bloomctl.rebuild import RebuildOptions, rebuild
+    from bloomctl.sources import open_source
+
+    source = open_source(
+        csv_path=csv_path,
+        sql=sql,
+        db_url=db_url,
+        column=column,
+        header=not no_header,
+        delimiter=delimiter,
+        encoding=encoding,
+        template=template,
+        prefix=prefix,
+        skip_bad_rows=skip_bad_rows,
+    )
+    options = RebuildOptions(
+        capacity=capacity,
+        headroom=headroom,
+        error_rate=error_rate,
+        expansion=expansion,
+        nonscaling=nonscaling,
+        backend=backend,
+        batch_size=batch_size,
+        window=window,
+        verify_sample=verify_sample,
+        verify_all=verify_mode == "all",
+        since_column=since_column,
+        catchup_skew=catchup_skew,
+        swap=do_swap,
+        keep_old=keep_old,
+        min_ratio=min_ratio,
+        allow_shrink=allow_shrink,
+        dry_run=dry_run,
+    )
+    reporter = Reporter(quiet, log_format)
+    try:
+        report = rebuild(
+            app.client, app.server, key, source, options, events=reporter.event, progress=reporter.progress
+        )
+    finally:
+        reporter.close()
+    data = report.as_dict()
+    if output_format == "json":
+        emit_json(data)
+        return
+    if report.dry_run:
+        click.echo(
+            f"dry run: {data['items_read']:,} items in {data['rows']:,} rows ({data['blank']:,} blank, "
+            f"{data['bad_rows']:,} bad); plan: capacity {report.plan.capacity:,}, error rate "
+            f"{fmt_rate(report.plan.error_rate)}, {report.backend}; nothing written"
+        )
+        return
+    lines = [
+        f"items read     {data['items_read']:,} ({data['rows']:,} rows, {data['blank']:,} blank, {data['bad_rows']:,} bad)",
+        f"added          {data['added']:,} new, {data['duplicates']:,} already present",
+        f"catch-up       {data['catchup_rows']:,} rows" if since_column else None,
+        f"verified       {data['verified']:,} items ({data['verify_mode']})",
+        f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",
+        f"new filter     {report.standby if not report.swapped else report.key} "
+        f"({report.backend}, {human_bytes(report.size_bytes)})",
+        f"swapped        {'yes' if report.swapped else 'no: run `bloomctl swap ' + report.key + '` to cut over'}",
+    ]
+    for example in data["bad_row_examples"]:
+        click.echo(f"bad row: {example}", err=True)
+    click.echo("\n".join(line for line in lines if line))

@@ -1,0 +1,110 @@
+"""Lock: one bloomctl process at a time per filter.
+
+``SET lock value NX PX ttl`` with a random token in the value; a thread renews the expiry while
+the work runs, and release is compare-and-delete in Lua, so a process never deletes a lock that
+expired and was taken by another. A holder that dies stops renewing, and its lock expires by
+itself after ``ttl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from bloomctl.errors import LockHeld, StateConflict
+from bloomctl.keys import KeyFamily, to_display
+
+DEFAULT_TTL_MS = 30_000
+
+RENEW_LUA = """
+local value = redis.call('GET', KEYS[1])
+if value and cjson.decode(value)['token'] == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+RELEASE_LUA = """
+local value = redis.call('GET', KEYS[1])
+if value and cjson.decode(value)['token'] == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def describe_holder(raw: bytes | None) -> str:
+    if raw is None:
+        return "nobody"
+    try:
+        holder = json.loads(raw)
+        return f"{holder.get('command', 'bloomctl')} pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
+    except (ValueError, AttributeError):
+        return "another process (an unreadable lock value)"
+
+
+class FilterLock:
+    """A context manager: acquire on enter (or raise LockHeld), renew in the background, release on exit."""
+
+    def __init__(
+        self, client: Any, key: str | bytes, *, command: str = "bloomctl", ttl_ms: int = DEFAULT_TTL_MS
+    ) -> None:
+        self.client = client
+        self.family = KeyFamily.of(key)
+        self.lock_key = self.family.lock
+        self.ttl_ms = ttl_ms
+        self.token = secrets.token_hex(16)
+        self.value = json.dumps(
+            {
+                "token": self.token,
+                "command": command,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "since": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        )
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        if not self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
+            holder = describe_holder(self.client.get(self.lock_key))
+            ttl = self.client.pttl(self.lock_key)
+            expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""
+            raise LockHeld(f"{to_display(self.family.active)!r} is locked by {holder}{expiry}")
+        self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        script = self.client.register_script(RENEW_LUA)
+        while not self._stop.wait(self.ttl_ms / 3000):
+            try:
+                if not script(keys=[self.lock_key], args=[self.token, self.ttl_ms]):
+                    self.lost.set()
+                    return
+            except Exception:  # a transient error: try again before the lock expires
+                continue
+
+    def check(self) -> None:
+        """Raise when the lock was lost (expired and maybe taken): the caller must not swap."""
+        if self.lost.is_set():
+            raise StateConflict(f"lost the lock on {to_display(self.family.active)!r} (it expired): nothing swapped")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self.client.register_script(RELEASE_LUA)(keys=[self.lock_key], args=[self.token])
+
+    def __enter__(self) -> FilterLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
