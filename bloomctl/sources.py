@@ -15,6 +15,7 @@ import string
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from typing import IO, Any
 
@@ -482,9 +483,12 @@ class SqlSource:
     def count(self) -> int:
         return int(self._scalar(f"SELECT COUNT(*) FROM ({self.query}) AS bloomctl_count"))
 
-    def now(self) -> Any:
+    def now(self) -> datetime:
         """The database's clock: catch-up compares against it, not against this machine's."""
-        return self._scalar("SELECT CURRENT_TIMESTAMP")
+        moment = self._scalar("SELECT CURRENT_TIMESTAMP")
+        if isinstance(moment, str):  # SQLite answers text: 'YYYY-MM-DD HH:MM:SS'
+            moment = datetime.fromisoformat(moment)
+        return moment
 
     def since(self, column: str, moment: Any) -> SqlSource:
         """The same source restricted to rows whose ``column`` is at or after ``moment``."""

@@ -201,3 +201,46 @@ def target(request: pytest.FixtureRequest) -> Target:
     }[request.param]
     server = request.getfixturevalue(fixture)
     return Target(backend_name, topology, server.url)
+
+
+# --- SQL services (the machine's PostgreSQL and MariaDB; SQLite needs none) ---------------------
+
+PG_URL = os.environ.get("BLOOMCTL_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MYSQL_URL = os.environ.get("BLOOMCTL_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+def _sql_engine(url: str, what: str):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+    except Exception as exc:  # the service is not there
+        engine.dispose()
+        message = f"{what} not reachable at {url}: {str(exc).splitlines()[0]}"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return engine
+
+
+@pytest.fixture(scope="session")
+def pg_engine():
+    engine = _sql_engine(PG_URL, "PostgreSQL")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def mysql_engine():
+    engine = _sql_engine(MYSQL_URL, "MariaDB/MySQL")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'source.db'}")
+    yield engine
+    engine.dispose()

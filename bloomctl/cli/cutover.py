@@ -71,18 +71,21 @@ def swap_command(
       bloomctl swap 'bf:{users}' --standby 'bf:{users}:v2' --allow-shrink
     """
     from bloomctl import lifecycle
+    from bloomctl.lock import FilterLock
 
-    prepared = lifecycle.prepare_swap(
-        app.client, app.server, key, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink
-    )
-    active_items = prepared.active_state.items if prepared.active_state else None
-    _confirm(
-        f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into {key!r}"
-        + (f" ({active_items:,} items now)" if active_items is not None else " (absent now)")
-        + "?",
-        yes,
-    )
-    replaced = lifecycle.swap(app.client, prepared, keep_old_seconds=keep_old)
+    # The lock first: while a rebuild writes the standby, say so rather than judge a half-built filter.
+    with FilterLock(app.client, key, command="bloomctl swap"):
+        prepared = lifecycle.prepare_swap(
+            app.client, app.server, key, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink
+        )
+        active_items = prepared.active_state.items if prepared.active_state else None
+        _confirm(
+            f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into {key!r}"
+            + (f" ({active_items:,} items now)" if active_items is not None else " (absent now)")
+            + "?",
+            yes,
+        )
+        replaced = lifecycle.swap(app.client, prepared, keep_old_seconds=keep_old)
     old = to_display(prepared.family.old)
     if output_format == "json":
         emit_json(
@@ -124,10 +127,12 @@ def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -
     """
     from bloomctl import lifecycle
     from bloomctl.keys import KeyFamily
+    from bloomctl.lock import FilterLock
 
     family = KeyFamily.of(key)
-    _confirm(f"Roll {key!r} back to {to_display(family.old)!r}?", yes)
-    lifecycle.rollback(app.client, key)
+    with FilterLock(app.client, key, command="bloomctl rollback"):
+        _confirm(f"Roll {key!r} back to {to_display(family.old)!r}?", yes)
+        lifecycle.rollback(app.client, key)
     if output_format == "json":
         emit_json({"key": key, "rolled_back": True, "standby": to_display(family.standby)})
     else:

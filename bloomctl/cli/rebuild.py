@@ -56,7 +56,7 @@ class Reporter:
             rate = done / (now - self.started) if now > self.started else 0
             total = f" of ~{self.total:,}" if self.total else ""
             self.event(
-                f"loaded {done:,}{total} items ({rate:,.0f}/s)",
+                f"loaded {done:,}{total} items ({rate:,.0f} items/s)",
                 {"phase": "load", "items": done, "items_per_second": round(rate)},
             )
 

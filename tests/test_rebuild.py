@@ -1,0 +1,442 @@
+"""rebuild end to end on real servers, both backends, standalone and Cluster (``target``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy
+
+from bloomctl import lifecycle
+from bloomctl.errors import LockHeld
+from bloomctl.keys import KeyFamily
+from bloomctl.lock import FilterLock
+from bloomctl.rebuild import RebuildOptions, Reservoir, rebuild
+from bloomctl.server import detect
+from bloomctl.sources import CsvSource, SqlSource
+
+
+def write_csv(path, n: int, start: int = 0, header: str = "user_id") -> str:
+    with open(path, "w") as f:
+        f.write(header + "\n")
+        for i in range(start, start + n):
+            f.write(f"user:{i}\n")
+    return str(path)
+
+
+def members(target, key, items) -> list[bool]:
+    family = KeyFamily.of(key)
+    return target.backend.mexists(target.client, family.active, list(items))
+
+
+def test_rebuild_and_swap(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 20_000)
+    result = target.cli(
+        "rebuild",
+        "users",
+        "--from-csv",
+        path,
+        "-e",
+        "1%",
+        "--swap",
+        "--format",
+        "json",
+        "--backend",
+        target.backend.name,
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["swapped"] is True and data["items_read"] == 20_000 and data["counted"] == 20_000
+    assert data["plan"]["capacity"] == 40_000  # auto: counted x headroom 2
+    assert data["verified"] == 10_000 and data["verify_mode"] == "sample"
+    assert data["added"] + data["duplicates"] == 20_000
+    assert all(members(target, "users", [f"user:{i}" for i in range(0, 20_000, 7)]))
+    meta = lifecycle.read_metadata(target.client, KeyFamily.of("users").meta)
+    assert meta["capacity"] == "40000" and meta["backend"] == target.backend.name
+    assert not target.client.exists(KeyFamily.of("users").standby)
+    assert not target.client.exists(KeyFamily.of("users").lock)
+
+
+def test_second_rebuild_takes_parameters_from_metadata_and_keeps_old(target, tmp_path):
+    first = write_csv(tmp_path / "a.csv", 3000)
+    assert (
+        target.cli(
+            "rebuild",
+            "users",
+            "--from-csv",
+            first,
+            "-c",
+            "10k",
+            "-e",
+            "0.5%",
+            "--swap",
+            "--backend",
+            target.backend.name,
+        ).exit_code
+        == 0
+    )
+    second = write_csv(tmp_path / "b.csv", 4000)
+    result = target.cli("rebuild", "users", "--from-csv", second, "--swap", "--keep-old", "300", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["plan"]["capacity"] == 10_000 and data["plan"]["error_rate"] == 0.005 and data["counted"] is None
+    assert target.card("users") >= 3990 and target.client.ttl(KeyFamily.of("users").old) > 0
+    assert target.cli("rollback", "users", "--yes").exit_code == 0
+    assert target.card("users") < 3010
+
+
+def test_without_swap_the_verified_standby_waits(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 1000)
+    target.reserve("users", 5000)
+    target.add("users", ["old-item"])
+    result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%")
+    assert result.exit_code == 0, result.stderr
+    assert "bloomctl swap users" in result.stdout
+    family = KeyFamily.of("users")
+    assert target.card(family.standby) >= 995 and target.card("users") == 1
+    assert target.cli("swap", "users", "--yes").exit_code == 0
+    assert target.card("users") >= 995
+
+
+def test_crashed_standby_is_replaced_and_said(target, tmp_path):
+    family = KeyFamily.of("users")
+    target.reserve(family.standby, 100)
+    target.add(family.standby, ["junk-1", "junk-2"])
+    path = write_csv(tmp_path / "u.csv", 500)
+    result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name)
+    assert result.exit_code == 0, result.stderr
+    assert "replacing the standby" in result.stderr and "(2 items)" in result.stderr
+    assert members(target, family.standby, ["junk-1"]) == [False] or target.card(family.standby) >= 495
+
+
+def test_dry_run_writes_nothing(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 1234)
+    result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--dry-run", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["dry_run"] is True and data["items_read"] == 1234 and data["plan"]["capacity"] == 2468
+    assert target.client.dbsize() == 0 if not target.cluster else True
+    family = KeyFamily.of("users")
+    assert not any(target.client.exists(k) for k in family.all_keys().values())
+
+
+def test_empty_source_is_refused_and_the_active_filter_stays(target, tmp_path):
+    target.reserve("users", 1000)
+    target.add("users", ["keep-me"])
+    path = write_csv(tmp_path / "empty.csv", 0)
+    result = target.cli("rebuild", "users", "--from-csv", path, "-c", "100", "-e", "1%", "--swap")
+    assert result.exit_code == 8 and "no items" in result.stderr
+    assert members(target, "users", ["keep-me"]) == [True]
+    assert not target.client.exists(KeyFamily.of("users").standby)
+
+
+def test_shrink_guard(target, tmp_path):
+    target.reserve("users", 50_000)
+    target.add("users", [f"user:{i}" for i in range(10_000)])
+    path = write_csv(tmp_path / "few.csv", 100)
+    refused = target.cli("rebuild", "users", "--from-csv", path, "-c", "1000", "-e", "1%", "--swap")
+    assert refused.exit_code == 5 and "--allow-shrink" in refused.stderr
+    assert target.card("users") >= 9990
+    assert target.card(KeyFamily.of("users").standby) >= 99  # verified, left for inspection
+    allowed = target.cli("rebuild", "users", "--from-csv", path, "-c", "1000", "-e", "1%", "--swap", "--allow-shrink")
+    assert allowed.exit_code == 0 and target.card("users") < 110
+
+
+def test_verify_catches_a_planted_miss(target, tmp_path):
+    """--verify all re-reads the source: rows that appear after the load are missing, nothing is swapped."""
+    target.reserve("users", 1000)
+    target.add("users", ["keep-me"])
+    path = tmp_path / "u.csv"
+    write_csv(path, 2000)
+    server = detect(target.client)
+    source = CsvSource(str(path))
+
+    def plant(message, fields):
+        if fields.get("phase") == "verify":
+            with open(path, "a") as f:
+                f.write("planted:never-loaded\n")
+
+    options = RebuildOptions(
+        capacity=5000, error_rate=0.001, swap=True, verify_all=True, nonscaling=target.backend.name == "bitmap"
+    )
+    from bloomctl.errors import VerifyFailed
+
+    with pytest.raises(VerifyFailed, match=r"1 of 2,001 checked items are missing.*planted:never-loaded"):
+        rebuild(target.client, server, "users", source, options, events=plant)
+    assert members(target, "users", ["keep-me"]) == [True]
+    assert not target.client.exists(KeyFamily.of("users").lock)
+
+
+def test_verify_failure_exit_code(target, tmp_path, monkeypatch):
+    """The CLI maps a miss to exit 7; here the sample check runs against a standby emptied behind its back."""
+    import bloomctl.rebuild as rebuild_module
+
+    real_verify = rebuild_module.verify
+
+    def sabotaged(client, backend, key, items, **kw):
+        client.unlink(key)
+        target.reserve(key, 10)
+        return real_verify(client, backend, key, items, **kw)
+
+    monkeypatch.setattr(rebuild_module, "verify", sabotaged)
+    path = write_csv(tmp_path / "u.csv", 300)
+    result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--swap")
+    assert result.exit_code == 7 and "missing" in result.stderr and "nothing swapped" in result.stderr
+    assert not target.client.exists("users")
+
+
+def test_lock_held_exits_6_and_names_the_holder(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 100)
+    with FilterLock(target.client, "users", command="bloomctl rebuild"):
+        result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%")
+        assert result.exit_code == 6
+        assert "locked by bloomctl rebuild pid" in result.stderr and "since" in result.stderr
+        swap = target.cli("swap", "users", "--yes")
+        assert swap.exit_code == 6
+    assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%").exit_code == 0
+
+
+def test_two_rebuilds_at_once_exactly_one_wins(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 3000)
+    server = detect(target.client)
+    results: list[object] = []
+    gate = threading.Barrier(2)
+
+    class SlowSource(CsvSource):
+        def batches(self, size):
+            for batch in super().batches(size):
+                time.sleep(0.05)
+                yield batch
+
+    def run():
+        gate.wait()
+        try:
+            options = RebuildOptions(
+                capacity=10_000, error_rate=0.01, batch_size=500, nonscaling=target.backend.name == "bitmap"
+            )
+            results.append(rebuild(target.client, server, "users", SlowSource(path), options))
+        except LockHeld as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(type(r).__name__ for r in results) == ["LockHeld", "RebuildReport"]
+
+
+def test_a_dead_holders_lock_expires(target, tmp_path):
+    lock = FilterLock(target.client, "users", ttl_ms=300)
+    lock.acquire()
+    lock._stop.set()  # the holder dies: nobody renews, nobody releases
+    path = write_csv(tmp_path / "u.csv", 100)
+    assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%").exit_code == 6
+    time.sleep(0.5)
+    assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%").exit_code == 0
+
+
+def test_lock_survives_a_long_load(target, tmp_path):
+    """The lock is renewed while loading: a rebuild longer than the lock's ttl keeps it."""
+    path = write_csv(tmp_path / "u.csv", 2000)
+    server = detect(target.client)
+
+    class SlowSource(CsvSource):
+        def batches(self, size):
+            for batch in super().batches(size):
+                time.sleep(0.1)
+                yield batch
+
+    options = RebuildOptions(
+        capacity=5000,
+        error_rate=0.01,
+        batch_size=200,
+        lock_ttl_ms=300,
+        swap=True,
+        nonscaling=target.backend.name == "bitmap",
+    )
+    report = rebuild(target.client, server, "users", SlowSource(path), options)
+    assert report.swapped and report.seconds > 0.9
+
+
+@pytest.mark.parametrize("key", ["users", "bf:{users}", "a}b"])
+def test_rebuild_awkward_keys(target, tmp_path, key):
+    path = write_csv(tmp_path / "u.csv", 500)
+    result = target.cli("rebuild", key, "--from-csv", path, "-e", "1%", "--swap", "--backend", target.backend.name)
+    assert result.exit_code == 0, result.stderr
+    assert members(target, key, ["user:1", "user:499"]) == [True, True]
+
+
+def test_readers_never_miss_a_member_during_rebuild_and_swap(target, tmp_path):
+    from bloomctl.connection import connect, settings_from
+    from tests.hammer import Hammer
+
+    path = write_csv(tmp_path / "u.csv", 5000)
+    assert (
+        target.cli(
+            "rebuild", "users", "--from-csv", path, "-e", "1%", "--swap", "--backend", target.backend.name
+        ).exit_code
+        == 0
+    )
+    reader = connect(settings_from(target.url))
+    backend = target.backend
+    probe_items = ["user:0", "user:2500", "user:4999"]
+    with Hammer(reader, lambda c: backend.mexists(c, b"users", probe_items), lambda a: a == [True] * 3) as hammer:
+        for _ in range(5):
+            assert target.cli("rebuild", "users", "--from-csv", path, "--swap", "--quiet").exit_code == 0
+    assert hammer.calls > 5 and hammer.bad == []
+
+
+def test_progress_logs_quiet_and_json(target, tmp_path, monkeypatch):
+    import bloomctl.cli.rebuild as cli_rebuild
+
+    monkeypatch.setattr(cli_rebuild, "LOG_EVERY_SECONDS", 0.0)
+    path = write_csv(tmp_path / "u.csv", 3000)
+    logged = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--batch-size", "500")
+    assert logged.exit_code == 0 and "loaded " in logged.stderr and "items/s" in logged.stderr
+    quiet = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    as_json = target.cli(
+        "rebuild", "users", "--from-csv", path, "-e", "1%", "--log-format", "json", "--batch-size", "500"
+    )
+    lines = [json.loads(line) for line in as_json.stderr.strip().splitlines()]
+    assert {line["phase"] for line in lines} >= {"plan", "load", "verify"}
+
+
+def test_bad_rows_stop_the_run_with_file_and_line(target, tmp_path):
+    target.reserve("users", 1000)
+    path = tmp_path / "u.csv"
+    path.write_text("user_id,name\nuser:1,a\nuser:2\nuser:3,c\n")
+    stopped = target.cli(
+        "rebuild", "users", "--from-csv", str(path), "--column", "name", "-c", "100", "-e", "1%", "--swap"
+    )
+    assert stopped.exit_code == 8 and "u.csv:3:" in stopped.stderr
+    assert target.card("users") == 0  # the active filter was never touched
+    tolerated = target.cli(
+        "rebuild",
+        "users",
+        "--from-csv",
+        str(path),
+        "--column",
+        "name",
+        "-c",
+        "100",
+        "-e",
+        "1%",
+        "--skip-bad-rows",
+        "1",
+        "--swap",
+    )
+    assert tolerated.exit_code == 0 and "bad row: " in tolerated.stderr and "1 bad" in tolerated.stdout
+
+
+def test_usage_errors(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 10)
+    cli = target.cli
+    assert cli("rebuild", "users", "-e", "1%").exit_code == 2  # no source
+    assert cli("rebuild", "users", "--from-csv", path).exit_code == 2  # no error rate, no metadata
+    assert cli("rebuild", "users", "--from-csv", path, "--from-sql", "SELECT 1", "-e", "1%").exit_code == 2
+    assert cli("rebuild", "users", "--from-sql", "SELECT 1", "-e", "1%").exit_code == 2  # no --db-url
+    assert cli("rebuild", "users", "--from-csv", "-", "--capacity", "auto", "-e", "1%", input="a\n").exit_code == 2
+    assert cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--since-column", "x").exit_code == 2
+    assert target.client.exists(KeyFamily.of("users").lock) == 0
+
+
+def test_stdin_with_a_capacity(target):
+    result = target.cli(
+        "rebuild", "users", "--from-csv", "-", "--no-header", "-c", "100", "-e", "1%", "--swap", input="a\nb\nc\n"
+    )
+    assert result.exit_code == 0, result.stderr
+    assert members(target, "users", ["a", "b", "c", "d"])[:3] == [True, True, True]
+
+
+# --- SQL sources end to end, with catch-up ---------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
+def sql(request):
+    engine = request.getfixturevalue(
+        {"sqlite": "sqlite_engine", "postgresql": "pg_engine", "mysql": "mysql_engine"}[request.param]
+    )
+    table = f"bloomctl_{uuid.uuid4().hex[:10]}"
+    with engine.begin() as conn:
+        conn.execute(
+            sqlalchemy.text(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, email VARCHAR(100), updated_at TIMESTAMP)")
+        )
+        conn.execute(
+            sqlalchemy.text(f"INSERT INTO {table} VALUES (:id, :email, CURRENT_TIMESTAMP)"),
+            [{"id": i, "email": f"u{i}@example.com"} for i in range(5000)],
+        )
+    yield engine, table
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text(f"DROP TABLE {table}"))
+
+
+def test_sql_rebuild_via_env_url(target, sql):
+    engine, table = sql
+    url = engine.url.render_as_string(hide_password=False)
+    result = target.cli(
+        "rebuild",
+        "users",
+        "--from-sql",
+        f"SELECT email FROM {table}",
+        "--capacity",
+        "auto",
+        "-e",
+        "1%",
+        "--swap",
+        "--backend",
+        target.backend.name,
+        "--format",
+        "json",
+        env={"BLOOMCTL_DB_URL": url},
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["counted"] == 5000 and data["items_read"] == 5000 and data["swapped"]
+    assert members(target, "users", ["u0@example.com", "u4999@example.com"]) == [True, True]
+
+
+def test_catch_up_adds_rows_written_during_the_load(target, sql):
+    engine, table = sql
+    server = detect(target.client)
+    url = engine.url.render_as_string(hide_password=False)
+    source = SqlSource(url, f"SELECT email, updated_at FROM {table}")
+    inserted = []
+
+    def write_during_load(message, fields):
+        if fields.get("phase") == "load" and not inserted:  # the bulk query is about to stream
+            with engine.begin() as conn:
+                conn.execute(
+                    sqlalchemy.text(f"INSERT INTO {table} VALUES (99999, 'late@example.com', CURRENT_TIMESTAMP)")
+                )
+            inserted.append(True)
+
+    options = RebuildOptions(
+        capacity=20_000,
+        error_rate=0.01,
+        swap=True,
+        since_column="updated_at",
+        nonscaling=target.backend.name == "bitmap",
+    )
+    report = rebuild(target.client, server, "users", source, options, events=write_during_load)
+    assert report.swapped and report.catchup_rows >= 1
+    assert members(target, "users", ["late@example.com", "u0@example.com"]) == [True, True]
+
+
+def test_reservoir_is_uniform():
+    import random
+
+    counts = [0] * 10
+    for seed in range(2000):
+        reservoir = Reservoir(5, random.Random(seed))
+        for start in range(0, 100, 7):
+            reservoir.feed(list(range(start, min(start + 7, 100))))
+        assert len(reservoir.items) == 5 and len(set(reservoir.items)) == 5
+        for item in reservoir.items:
+            counts[item // 10] += 1
+    # every decile of the stream is picked about equally often (2000 * 5 / 10 = 1000 each)
+    assert all(850 < c < 1150 for c in counts), counts
