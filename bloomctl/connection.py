@@ -24,25 +24,36 @@ SCHEMES = ("redis", "rediss", "unix")
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (also ``?password=`` in the query)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}:***@{hostport}" if sep else f"{user}@{hostport}"
-    query = "&".join(
-        f"{k}=***" if k.lower() == "password" else f"{k}{sep_}{v}"
-        for k, sep_, v in (item.partition("=") for item in parts.query.split("&") if item)
-    )
-    return (
-        f"{parts.scheme}://{netloc}{parts.path}"
-        + (f"?{query}" if query else "")
-        + (f"#{parts.fragment}" if parts.fragment else "")
-    )
+    """The URL with any password replaced by ``***`` (also ``?password=`` in the query).
+
+    Works on the raw text, not on ``urlsplit``: a password holding ``/``, ``#`` or ``?`` would end
+    the parsed netloc early and slip through.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "<unparsable URL>" if "@" in url else url
+    at = rest.rfind("@")
+    if at != -1:
+        user, colon, _password = rest[:at].partition(":")
+        rest = f"{user}:***@{rest[at + 1 :]}" if colon else f"{user}@{rest[at + 1 :]}"
+    path, qmark, query = rest.partition("?")
+    if qmark:
+        query = "&".join(
+            f"{name}=***" if name.lower() == "password" else f"{name}{eq}{value}"
+            for name, eq, value in (item.partition("=") for item in query.split("&") if item)
+        )
+        rest = f"{path}?{query}"
+    return f"{scheme}://{rest}"
+
+
+def _url_password(url: str) -> str | None:
+    """The password part of a URL, read the same raw way ``redact_url`` reads it."""
+    rest = url.partition("://")[2]
+    at = rest.rfind("@")
+    if at == -1:
+        return None
+    _user, colon, password = rest[:at].partition(":")
+    return password if colon and password else None
 
 
 def read_password_file(path: str | os.PathLike[str]) -> str:
@@ -72,7 +83,12 @@ class ConnectionSettings:
         return redact_url(self.url)
 
     def client_kwargs(self) -> dict[str, Any]:
-        scheme = urlsplit(self.url).scheme.lower()
+        try:
+            parts = urlsplit(self.url)
+            has_password = bool(parts.password)
+        except ValueError as exc:
+            raise UsageError(f"invalid --url {self.redacted_url}: {exc}") from None
+        scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             raise UsageError(
                 f"unsupported URL scheme {scheme!r} in {self.redacted_url}: use redis://, rediss:// or unix://"
@@ -84,7 +100,7 @@ class ConnectionSettings:
             "socket_timeout": self.timeout,
             "decode_responses": False,
         }
-        if self.password is not None and not urlsplit(self.url).password:
+        if self.password is not None and not has_password:
             kwargs["password"] = self.password
         if self.tls_ca:
             kwargs["ssl_ca_certs"] = self.tls_ca
@@ -131,8 +147,14 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
         if settings.cluster:
             return _open_cluster(settings, kwargs)
         client = redis.Redis.from_url(settings.url, **kwargs)
-        cluster_enabled = client.info("cluster").get("cluster_enabled") == 1
-        if cluster_enabled and settings.cluster is None:
+        if settings.cluster is False:
+            client.ping()
+            return client
+        try:
+            cluster_enabled = client.info("cluster").get("cluster_enabled") == 1
+        except redis.exceptions.NoPermissionError:  # an ACL user without INFO: ask CLUSTER INFO's cousin
+            cluster_enabled = _answers_moved(client)
+        if cluster_enabled:
             client.close()
             return _open_cluster(settings, kwargs)
         return client
@@ -140,6 +162,18 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
         raise connection_error(exc, settings) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
         raise UsageError(f"invalid --url {settings.redacted_url}: {_scrub(str(exc), settings)}") from None
+
+
+def _answers_moved(client: Any) -> bool:
+    """Whether the server redirects a keyed command: the sign of a Cluster node, for users denied INFO."""
+    import redis
+
+    try:
+        for probe in ("bloomctl:probe:a", "bloomctl:probe:b", "bloomctl:probe:c"):  # slots on different nodes
+            client.exists(probe)
+    except redis.exceptions.ResponseError as exc:
+        return str(exc).startswith(("MOVED", "ASK", "CLUSTERDOWN"))
+    return False
 
 
 def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis.RedisCluster:
@@ -154,7 +188,7 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
 
 def _scrub(text: str, settings: ConnectionSettings) -> str:
     """Remove every secret we know of from a message produced by a third party."""
-    secrets = [settings.password, urlsplit(settings.url).password]
+    secrets = [settings.password, _url_password(settings.url)]
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
@@ -171,6 +205,10 @@ def connection_error(exc: Exception, settings: ConnectionSettings) -> Connection
         )
     if isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc):
         return ConnectionFailed(f"{where} requires a password: put it in the URL, {PASSWORD_ENV} or --password-file")
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return ConnectionFailed(
+            f"the server at {where} denies this user a command bloomctl needs: {_scrub(str(exc), settings)}"
+        )
     if isinstance(exc, redis.exceptions.TimeoutError):
         return ConnectionFailed(f"timed out talking to {where}")
     if isinstance(exc, redis.exceptions.ConnectionError):

@@ -12,13 +12,14 @@ from typing import Any
 
 from bloomctl import backends
 from bloomctl.backends import FilterState
-from bloomctl.errors import KeyMissing, UsageError
+from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
 
 GLOB_CHARS = frozenset(b"*?[")
 COMPANION_SUFFIXES = (b":standby", b":old")
 
-OK, WARN, OVER = "ok", "warn", "over"
+OK, WARN, OVER, MISSING = "ok", "warn", "over", "missing"
+DEFAULT_WARN = 0.8
 
 
 def is_pattern(key: str | bytes) -> bool:
@@ -68,24 +69,31 @@ def _keep(node: Any, backend: backends.Backend, keys: list[bytes], seen: set[byt
 
 
 def resolve_keys(client: Any, keys: list[str | bytes]) -> list[bytes]:
-    """Expand patterns; plain keys must exist. Raises KeyMissing when nothing at all matches."""
+    """Expand patterns (a key with glob characters that exists as written is taken literally).
+
+    A plain key is kept even when missing, and so is a pattern that matches nothing: each gets a
+    "missing" line rather than hiding the other filters' results.
+    """
     resolved: dict[bytes, None] = {}  # ordered and de-duplicated
     for key in keys:
         raw = to_bytes(key)
-        matches = sorted(scan_filters(client, raw)) if is_pattern(raw) else [raw]
+        if is_pattern(raw) and not client.exists(raw):
+            matches = sorted(scan_filters(client, raw)) or [raw]
+        else:
+            matches = [raw]
         resolved.update(dict.fromkeys(matches))
-    if not resolved:
-        raise KeyMissing(f"no Bloom filter matches {', '.join(to_display(k) for k in keys)}")
     return list(resolved)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    warn: float = 0.8
+    warn: float | None = None  # None: 0.8, or --max when that is lower
     max: float = 1.0
     max_fpr: float | None = None
 
     def __post_init__(self) -> None:
+        if self.warn is None:
+            object.__setattr__(self, "warn", min(DEFAULT_WARN, self.max))
         if not self.warn > 0:
             raise UsageError(f"--warn must be positive, got {self.warn}")
         if not self.max > 0:
@@ -99,13 +107,14 @@ class Thresholds:
 @dataclass(frozen=True)
 class FillReport:
     key: bytes
-    state: FilterState
+    state: FilterState | None  # None: the key is missing or not a filter
     status: str
     reasons: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
         data = {"key": to_display(self.key), "status": self.status, "reasons": list(self.reasons)}
-        data.update(self.state.as_dict())
+        if self.state is not None:
+            data.update(self.state.as_dict())
         return data
 
 
@@ -131,4 +140,11 @@ def measure(client: Any, key: bytes, *, exact: bool = False) -> FilterState:
 
 
 def fill_ratio(client: Any, keys: list[str | bytes], limits: Thresholds, *, exact: bool = False) -> list[FillReport]:
-    return [judge(key, measure(client, key, exact=exact), limits) for key in resolve_keys(client, keys)]
+    reports = []
+    for key in resolve_keys(client, keys):
+        try:
+            reports.append(judge(key, measure(client, key, exact=exact), limits))
+        except StateConflict as exc:  # missing, or not a filter: one line for it, the others still checked
+            reason = "no Bloom filter matches this pattern" if is_pattern(key) else str(exc)
+            reports.append(FillReport(key, None, MISSING, (reason,)))
+    return reports

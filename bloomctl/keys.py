@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from bloomctl.errors import UsageError
+
 SLOTS = 16384
 
 
@@ -91,7 +93,7 @@ class KeyFamily:
     def of(cls, key: str | bytes) -> KeyFamily:
         raw = to_bytes(key)
         if not raw:
-            raise ValueError("a key name must not be empty")
+            raise UsageError("a key name must not be empty")
         if hash_tag(raw) is not None:
             return cls(active=raw, prefix=raw, tagged=True)
         if b"}" not in raw:

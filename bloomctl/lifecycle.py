@@ -14,7 +14,7 @@ from typing import Any
 
 from bloomctl import __version__, backends
 from bloomctl.backends import AUTO, Backend, FilterState
-from bloomctl.errors import KeyMissing, StateConflict
+from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
@@ -150,6 +150,18 @@ def describe(client: Any, key: str | bytes, *, exact: bool = False) -> Descripti
 # and the bytes its value must start with ('' for none).
 # UNLINK before RENAME: RENAME onto an existing key frees it synchronously and blocks the server.
 SWAP_LUA = """
+-- Every check before the first write: a Lua error part-way would leave a half-done swap.
+local keep = tonumber(ARGV[1])
+if not keep or keep < 0 or keep ~= math.floor(keep) then
+  return redis.error_reply('BLOOMCTL keep-old must be a whole number of milliseconds')
+end
+for i = 1, 6 do
+  for j = i + 1, 6 do
+    if KEYS[i] == KEYS[j] then
+      return redis.error_reply('BLOOMCTL the standby must not be the active filter or one of its companions')
+    end
+  end
+end
 if redis.call('TYPE', KEYS[2])['ok'] ~= ARGV[2] then
   return redis.error_reply('BLOOMCTL standby is missing or changed type')
 end
@@ -166,7 +178,6 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   redis.call('RENAME', KEYS[5], KEYS[4])
   redis.call('PERSIST', KEYS[4])
 end
-local keep = tonumber(ARGV[1])
 if keep > 0 then
   redis.call('PEXPIRE', KEYS[3], keep)
   redis.call('PEXPIRE', KEYS[6], keep)
@@ -197,8 +208,24 @@ return 1
 """
 
 
+def standby_meta_key(family: KeyFamily, standby: bytes) -> bytes:
+    """A custom standby brings its own metadata key (its ``:meta`` companion); the default one is ours."""
+    return family.standby_meta if standby == family.standby else KeyFamily.of(standby).meta
+
+
 def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
-    return [family.active, standby, family.old, family.meta, family.standby_meta, family.old_meta]
+    """The six keys of a swap, in the order SWAP_LUA and ROLLBACK_LUA expect."""
+    return [family.active, standby, family.old, family.meta, standby_meta_key(family, standby), family.old_meta]
+
+
+MAX_KEEP_OLD_SECONDS = 10 * 365 * 24 * 3600
+
+
+def to_keep_ms(seconds: float) -> int:
+    """Milliseconds for PEXPIRE: a positive keep never rounds down to 0 (which would unlink)."""
+    if not 0 <= seconds <= MAX_KEEP_OLD_SECONDS or seconds != seconds:
+        raise UsageError(f"--keep-old must be between 0 and {MAX_KEEP_OLD_SECONDS} seconds, got {seconds}")
+    return math.ceil(seconds * 1000)
 
 
 def _run_script(client: Any, source: str, keys: list[bytes], args: list[Any]) -> Any:
@@ -264,8 +291,11 @@ def prepare_swap(
 ) -> SwapPlan:
     family = KeyFamily.of(key)
     standby_key = to_bytes(standby) if standby is not None else family.standby
-    if standby_key == family.active:
-        raise StateConflict("the standby must be a different key from the active filter")
+    companions = set(family.all_keys().values()) - {family.standby}
+    if standby_key in companions or standby_meta_key(family, standby_key) in companions - {family.standby_meta}:
+        raise StateConflict(
+            f"the standby {to_display(standby_key)!r} must not be the active filter or one of its companion keys"
+        )
     if server.cluster and KeyFamily.of(standby_key).slot != family.slot:
         raise StateConflict(
             f"standby {to_display(standby_key)!r} is in slot {KeyFamily.of(standby_key).slot}, the active filter in "
@@ -297,7 +327,7 @@ def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0) -> boo
         client,
         prepared.family,
         standby=prepared.standby,
-        keep_old_ms=int(keep_old_seconds * 1000),
+        keep_old_ms=to_keep_ms(keep_old_seconds),
         standby_type=prepared.backend.redis_type,
         standby_magic=prepared.backend.magic,
     )

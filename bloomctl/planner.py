@@ -16,13 +16,16 @@ from dataclasses import asdict, dataclass, field
 
 from bloomctl.errors import UsageError
 
-LN2 = math.log(2)
-LN2_SQUARED = LN2 * LN2
+# RedisBloom's own truncated constants (bloom.c), not math.log(2): for error rates that are powers
+# of two the hash count (a ceil of a product that lands near a whole number) depends on them.
+LN2 = 0.693147180559945
+LN2_SQUARED = 0.480453013918201
 ERROR_TIGHTENING_RATIO = 0.5  # RedisBloom sb.c: every sub-filter of a scaling chain halves the error
 DEFAULT_EXPANSION = 2
 CHAIN_OVERHEAD_BYTES = 32  # sizeof(SBChain): filters pointer, size, nfilters, options, growth
 LINK_OVERHEAD_BYTES = 64  # sizeof(SBLink): struct bloom (56) + the link's item count (8)
 MAX_SUBFILTERS_BEFORE_WARNING = 4
+MAX_CHAIN = 64  # the planner stops projecting growth here (the warning says so)
 NONSCALING_WARN_FILL = 0.8
 
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
@@ -38,6 +41,8 @@ def parse_count(text: str | int, what: str = "capacity") -> int:
         if not match:
             raise UsageError(f"{what} {text!r} is not a number (examples: 1000000, 1_000_000, 1e6, 1M, 2.5k)")
         value = float(match.group(1).replace("_", "")) * _SUFFIXES[match.group(2).lower()]
+    if not math.isfinite(value) or value >= 2**63:
+        raise UsageError(f"{what} {text!r} is too large")
     if value != int(value):
         raise UsageError(f"{what} {text!r} is not a whole number")
     if value < 1:
@@ -64,7 +69,7 @@ def validate_expansion(expansion: int) -> int:
 
 
 def bits_per_item(error_rate: float) -> float:
-    return -math.log(error_rate) / LN2_SQUARED
+    return -(math.log(error_rate) / LN2_SQUARED)
 
 
 @dataclass(frozen=True)
@@ -122,10 +127,8 @@ class Plan:
         if self.items is None or not self.scaling:
             return tuple(chain)
         total = first.capacity
-        while total < self.items:
+        while total < self.items and len(chain) < MAX_CHAIN:
             last = chain[-1]
-            if self.expansion == 1 and len(chain) > 10_000:
-                break  # pathological plan; the warning below already says so
             nxt = SubFilter.sized(
                 last.index + 1, last.capacity * self.expansion, last.error_rate * ERROR_TIGHTENING_RATIO
             )
@@ -176,7 +179,12 @@ class Plan:
                 f"capacity: raise --capacity to at least {math.ceil(self.items / NONSCALING_WARN_FILL):,}"
                 + ("; BF.ADD fails once it is full" if self.items > self.capacity else "")
             )
-        if self.scaling and len(self.chain) > MAX_SUBFILTERS_BEFORE_WARNING:
+        if self.scaling and self.total_capacity < self.items:
+            notes.append(
+                f"{self.items:,} items would need more than {MAX_CHAIN} sub-filters: the projection stops there; "
+                f"reserve a capacity of at least {self.items:,}"
+            )
+        elif self.scaling and len(self.chain) > MAX_SUBFILTERS_BEFORE_WARNING:
             notes.append(
                 f"{self.items:,} items grow this filter to {len(self.chain)} sub-filters; every lookup checks "
                 f"each one: reserve a capacity of at least {self.items:,} instead"

@@ -265,6 +265,7 @@ def rebuild(
     family = KeyFamily.of(key)
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
+    lifecycle.to_keep_ms(options.keep_old)  # validated before anything is written
     if options.since_column and not isinstance(source, SqlSource):
         raise UsageError("--since-column needs a SQL source")
     if options.verify_all and not source.rewindable:

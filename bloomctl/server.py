@@ -90,11 +90,15 @@ def _format_module_version(ver: int) -> str:
 
 def detect(client: Any) -> ServerInfo:
     from redis.cluster import RedisCluster
+    from redis.exceptions import NoPermissionError
 
     cluster = isinstance(client, RedisCluster)
     # Every node of a cluster runs the same build: ask one (keyless commands need a target there).
     node = {"target_nodes": client.get_default_node()} if cluster else {}
-    info = client.execute_command("INFO", "server", **node)
+    try:
+        info = client.execute_command("INFO", "server", **node)
+    except NoPermissionError:  # ACL users are often denied @dangerous commands such as INFO
+        info = {}
     product, version = "redis", _text(info.get("redis_version", "?"))
     if "dragonfly_version" in info:
         product, version = "dragonfly", _text(info["dragonfly_version"])
@@ -103,11 +107,16 @@ def detect(client: Any) -> ServerInfo:
     elif _text(info.get("server_name", "")).lower() == "valkey" or "valkey_version" in info:
         product, version = "valkey", _text(info.get("valkey_version", version))
 
-    # "COMMAND INFO" as one word skips redis-py's COMMAND parser, which fails on unknown names (nil)
-    replies = client.execute_command("COMMAND INFO", *BF_COMMANDS, **node)
-    commands = frozenset(
-        name for name, reply in zip(BF_COMMANDS, _command_info_list(replies, len(BF_COMMANDS)), strict=False) if reply
-    )
+    try:
+        # "COMMAND INFO" as one word skips redis-py's COMMAND parser, which fails on unknown names (nil)
+        replies = client.execute_command("COMMAND INFO", *BF_COMMANDS, **node)
+        commands = frozenset(
+            name
+            for name, reply in zip(BF_COMMANDS, _command_info_list(replies, len(BF_COMMANDS)), strict=False)
+            if reply
+        )
+    except NoPermissionError:
+        commands = _probe_bloom(client)
 
     module_version = None
     try:
@@ -129,6 +138,22 @@ def detect(client: Any) -> ServerInfo:
     else:
         flavour = "redisbloom"
     return ServerInfo(product, version, flavour, module_version, commands, cluster)
+
+
+def _probe_bloom(client: Any) -> frozenset[str]:
+    """Without COMMAND, ask BF.INFO about a key that does not exist: 'not found' means BF.* is there."""
+    from redis.exceptions import ResponseError
+
+    try:
+        client.execute_command("BF.INFO", "bloomctl:probe:missing")
+    except ResponseError as exc:
+        text = str(exc).lower()
+        if "unknown command" in text:
+            return frozenset()
+        if "not found" in text:
+            return frozenset(BF_COMMANDS)
+        raise
+    return frozenset(BF_COMMANDS)
 
 
 def _command_info_list(replies: Any, count: int) -> list[Any]:

@@ -32,6 +32,23 @@ def test_redact_url_hides_passwords():
     assert "pw" not in repr(ConnectionSettings(url="redis://u:pw@h:1/0", password="pw"))
 
 
+@pytest.mark.parametrize("password", ["Sup3r/Secret", "has#hash", "has?query", "at@sign", "col:on"])
+def test_passwords_with_url_delimiters_never_leak(cli, password):
+    url = f"redis://user:{password}@127.0.0.1:1/0"
+    assert password not in redact_url(url)
+    result = cli("info", "k", url=url)
+    assert result.exit_code in (2, 3)
+    _no_secret(result, password)
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_urls_are_usage_errors(cli):
+    for url in ("redis://[::1/0", "redis://host:notaport/0"):
+        result = cli("info", "k", url=url)
+        assert result.exit_code == 2, (url, result.stderr)
+        assert result.stderr.startswith("bloomctl: error: invalid --url")
+
+
 def test_settings_precedence(tmp_path):
     env = {"BLOOMCTL_URL": "redis://env:1/0", "BLOOMCTL_PASSWORD": "from-env"}
     assert settings_from(None, environ=env).url == "redis://env:1/0"
@@ -216,4 +233,36 @@ def test_cluster_is_detected_from_any_node(cluster):
 def test_cluster_cli_reports_the_missing_module_once(cli, cluster):
     result = cli("reserve", "users", "-c", "100", "-e", "1%", "--backend", "redisbloom", url=cluster.url)
     assert result.exit_code == 4
-    assert "(cluster)" in result.stderr
+    assert "(cluster)" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def acl_server(workdir):
+    """A server whose application user may not run @dangerous commands (INFO, MODULE, ...)."""
+    server = RedisServer(workdir, extra=["--user", "app", "on", ">app-pass", "~*", "&*", "+@all", "-@dangerous"])
+    yield server
+    server.stop()
+
+
+def test_an_acl_user_without_info_can_work(cli, acl_server):
+    url = f"redis://app:app-pass@127.0.0.1:{acl_server.port}/0"
+    assert cli("reserve", "users", "-c", "1000", "-e", "1%", url=url).exit_code == 0
+    info = cli("info", "users", "--format", "json", url=url)
+    assert info.exit_code == 0, info.stderr
+    assert cli("fill-ratio", "users", url=url).exit_code == 0
+    denied = cli("functions", "status", url=url)
+    assert denied.exit_code in (0, 1, 3)
+    if denied.exit_code == 3:
+        assert "denies this user" in denied.stderr and "app-pass" not in denied.stderr
+
+
+def test_a_server_that_never_answers_times_out(cli):
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (the kernel does) and never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        result = cli("--timeout", "0.3", "info", "k", url=f"redis://127.0.0.1:{port}/0")
+    assert result.exit_code == 3
+    assert "timed out" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bloomctl.errors import UsageError
 from bloomctl.keys import KeyFamily, crc16, hash_tag, key_slot
 
 AWKWARD = [
@@ -57,7 +58,7 @@ def test_companions_differ_from_each_other_and_the_active_key():
 
 
 def test_empty_key_is_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(UsageError):
         KeyFamily.of("")
 
 

@@ -180,10 +180,31 @@ def test_fill_ratio_glob_reaches_every_master(target):
     assert sorted(f["key"] for f in data["filters"]) == sorted(keys)
 
 
-def test_fill_ratio_missing(filled):
-    assert filled.cli("fill-ratio", "nope").exit_code == 5
-    nothing = filled.cli("fill-ratio", "zz:*")
-    assert nothing.exit_code == 5 and "no Bloom filter matches" in nothing.stderr
+def test_fill_ratio_missing_keys_get_a_line_and_exit_5(filled):
+    result = filled.cli("fill-ratio", "bf:a", "nope", "zz:*", "bf:string", "--format", "text")
+    assert result.exit_code == 5
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("bf:a OK")
+    assert lines[1].startswith("nope MISSING (") and "does not exist" in lines[1]
+    assert lines[2] == "zz:* MISSING (no Bloom filter matches this pattern)"
+    assert lines[3].startswith("bf:string MISSING (") and "not a bloomctl filter" in lines[3]
+    assert "3 of 4 not found" in result.stderr
+    prom = filled.cli("fill-ratio", "bf:a", "nope", "--format", "prometheus")
+    families = {f.name: f for f in text_string_to_metric_families(prom.stdout)}
+    assert {s.labels["key"]: s.value for s in families["bloomctl_filter_present"].samples} == {"bf:a": 1, "nope": 0}
+
+
+def test_fill_ratio_max_below_the_default_warn(filled):
+    result = filled.cli("fill-ratio", "bf:b", "--max", "0.5", "--format", "json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["thresholds"]["warn"] == 0.5
+
+
+def test_fill_ratio_key_with_glob_characters_taken_literally(target):
+    target.reserve("weird*key", 100)
+    target.reserve("weird-other", 100)
+    result = target.cli("fill-ratio", "weird*key", "--format", "json")
+    assert [f["key"] for f in json.loads(result.stdout)["filters"]] == ["weird*key"]
 
 
 # --- swap and rollback ----------------------------------------------------------------------
@@ -298,3 +319,33 @@ def test_readers_see_every_member_through_many_swaps(target, key):
             lifecycle.swap(target.client, lifecycle.prepare_swap(target.client, server, key))
     assert hammer.calls > 60
     assert hammer.bad == []
+
+
+def test_swap_refuses_a_companion_as_standby(pair):
+    target, family = pair
+    target.reserve(family.old, 100)
+    before = target.card("users")
+    result = target.cli("swap", "users", "--standby", family.old.decode(), "--yes", "--allow-shrink")
+    assert result.exit_code == 5 and "companion" in result.stderr
+    assert target.card("users") == before and target.client.exists(family.old) and target.client.exists(family.standby)
+
+
+def test_swap_keep_old_limits(pair):
+    target, family = pair
+    huge = target.cli("swap", "users", "--yes", "--keep-old", "1e14")
+    assert huge.exit_code == 2
+    nan = target.cli("swap", "users", "--yes", "--keep-old", "nan")
+    assert nan.exit_code == 2
+    assert target.client.exists(family.standby)  # nothing moved
+    tiny = target.cli("swap", "users", "--yes", "--keep-old", "0.0001", "--format", "json")
+    assert tiny.exit_code == 0
+    assert target.client.pttl(family.old) in (-2, 0, 1)  # kept for one millisecond, as asked
+
+
+@pytest.mark.parametrize("key", ["x[/b]", "[red]hi", "tab\there"])
+def test_table_output_prints_keys_and_metadata_literally(target, key):
+    assert target.cli("reserve", key, "-c", "100", "-e", "1%", "--backend", target.backend.name).exit_code == 0
+    target.client.hset(KeyFamily.of(key).meta, "note", "[/x] oops")
+    result = target.cli("info", key, "--format", "table")
+    assert result.exit_code == 0, result.stderr
+    assert key.split("\t")[0] in result.stdout and "[/x] oops" in result.stdout

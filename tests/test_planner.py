@@ -69,12 +69,12 @@ def test_plan_validates_arguments():
 def test_first_subfilter_follows_bloom_init():
     """bits = floor(n * bpe) rounded up to 64-bit words, k = ceil(ln2 * bpe), error halved when scaling."""
     p = plan(1_000_000, 0.01)
-    bpe = -math.log(0.005) / math.log(2) ** 2
+    bpe = -math.log(0.005) / 0.480453013918201
     raw = int(1_000_000 * bpe)
     assert p.first.error_rate == 0.005
     assert p.first.bytes == math.ceil(raw / 64) * 8
     assert p.first.bits == p.first.bytes * 8
-    assert p.first.hashes == math.ceil(math.log(2) * bpe) == 8
+    assert p.first.hashes == math.ceil(0.693147180559945 * bpe) == 8
     assert p.size_bytes == CHAIN_OVERHEAD_BYTES + LINK_OVERHEAD_BYTES + p.first.bytes
     nonscaling = plan(1_000_000, 0.01, expansion=None)
     assert nonscaling.first.error_rate == 0.01
@@ -152,6 +152,10 @@ COMBINATIONS = [
     (3, 1e-9, 2),
     (500_000, 0.2, 3),
     (64, 0.01, None),
+    (1000, 0.5, None),  # powers of two: RedisBloom's truncated ln 2 changes the hash count
+    (1000, 0.25, 2),
+    (1000, 0.0009765625, None),
+    (1000, 0.125, 4),
 ]
 
 
@@ -162,7 +166,14 @@ def test_plan_size_equals_bf_info_size(bloom, capacity, error, expansion):
     args = ["BF.RESERVE", "k", repr(error), capacity]
     args += ["EXPANSION", expansion] if expansion else ["NONSCALING"]
     client.execute_command(*args)
-    assert plan(capacity, error, expansion).size_bytes == rb.info_field(client, b"k", "size")
+    predicted = plan(capacity, error, expansion)
+    assert predicted.size_bytes == rb.info_field(client, b"k", "size")
+    sub = rb.info(client, b"k").subfilters[0]  # from the SCANDUMP header
+    assert (sub.hashes, sub.bits, sub.error_rate) == (
+        predicted.first.hashes,
+        predicted.first.bits,
+        predicted.first.error_rate,
+    )
 
 
 @pytest.mark.redisbloom

@@ -104,3 +104,43 @@ def test_rollback_refuses_without_old_or_with_a_standby(plain):
     with pytest.raises(StateConflict):
         atomic_rollback(c, f)
     assert c.get(f.active) == b"A" and c.get(f.old) == b"O" and c.get(f.standby) == b"S"
+
+
+def test_swap_checks_everything_before_the_first_write(plain):
+    """A bad keep value or a standby that is a companion key is refused with every key untouched."""
+    c = plain.client()
+    f = KeyFamily.of("users")
+    c.set(f.active, b"A")
+    c.set(f.standby, b"B")
+    with pytest.raises(StateConflict, match="keep-old"):
+        atomic_swap(c, f, keep_old_ms=-5, standby_type=b"string")
+    c.set(f.old, b"O")
+    with pytest.raises(StateConflict, match="companions"):
+        atomic_swap(c, f, standby=f.old, standby_type=b"string")
+    assert (c.get(f.active), c.get(f.standby), c.get(f.old)) == (b"A", b"B", b"O")
+
+
+def test_custom_standby_brings_its_own_metadata(plain):
+    c = plain.client()
+    f = KeyFamily.of("bf:{u}")
+    custom = b"bf:{u}:v2"
+    c.set(f.active, b"A")
+    c.hset(f.meta, "gen", "A")
+    c.set(custom, b"V2")
+    c.hset(KeyFamily.of(custom).meta, "gen", "V2")
+    c.set(f.standby, b"S")
+    c.hset(f.standby_meta, "gen", "S")
+    atomic_swap(c, f, standby=custom, standby_type=b"string")
+    assert c.get(f.active) == b"V2" and c.hget(f.meta, "gen") == b"V2"
+    assert not c.exists(KeyFamily.of(custom).meta)
+    assert c.get(f.standby) == b"S" and c.hget(f.standby_meta, "gen") == b"S"  # the default standby is untouched
+
+
+def test_keep_old_bounds():
+    from bloomctl.errors import UsageError
+    from bloomctl.lifecycle import to_keep_ms
+
+    assert to_keep_ms(0) == 0 and to_keep_ms(0.0001) == 1 and to_keep_ms(1.5) == 1500
+    for bad in (-1, float("nan"), float("inf"), 1e14):
+        with pytest.raises(UsageError):
+            to_keep_ms(bad)

@@ -32,7 +32,7 @@ def _confirm(question: str, yes: bool) -> None:
 @click.option(
     "--keep-old",
     metavar="SECONDS",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=10 * 365 * 24 * 3600),
     default=0,
     show_default=True,
     help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",
@@ -80,17 +80,19 @@ def swap_command(
         )
         active_items = prepared.active_state.items if prepared.active_state else None
         _confirm(
-            f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into {key!r}"
+            f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into "
+            f"{to_display(prepared.family.active)!r}"
             + (f" ({active_items:,} items now)" if active_items is not None else " (absent now)")
             + "?",
             yes,
         )
         replaced = lifecycle.swap(app.client, prepared, keep_old_seconds=keep_old)
+    name = to_display(prepared.family.active)
     old = to_display(prepared.family.old)
     if output_format == "json":
         emit_json(
             {
-                "key": key,
+                "key": name,
                 "standby": to_display(prepared.standby),
                 "swapped": True,
                 "replaced": replaced,
@@ -101,11 +103,11 @@ def swap_command(
             }
         )
         return
-    message = f"swapped: {key!r} now holds {prepared.standby_state.items:,} items"
+    message = f"swapped: {name!r} now holds {prepared.standby_state.items:,} items"
     if not replaced:
         message += " (there was no previous filter)"
     elif keep_old:
-        message += f"; the previous filter is kept as {old!r} for {keep_old:g}s (bloomctl rollback {key})"
+        message += f"; the previous filter is kept as {old!r} for {keep_old:g}s (bloomctl rollback {name})"
     else:
         message += "; the previous filter was unlinked"
     click.echo(message)
@@ -130,12 +132,13 @@ def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -
     from bloomctl.lock import FilterLock
 
     family = KeyFamily.of(key)
+    name = to_display(family.active)
     with FilterLock(app.client, key, command="bloomctl rollback"):
-        _confirm(f"Roll {key!r} back to {to_display(family.old)!r}?", yes)
+        _confirm(f"Roll {name!r} back to {to_display(family.old)!r}?", yes)
         lifecycle.rollback(app.client, key)
     if output_format == "json":
-        emit_json({"key": key, "rolled_back": True, "standby": to_display(family.standby)})
+        emit_json({"key": name, "rolled_back": True, "standby": to_display(family.standby)})
     else:
         click.echo(
-            f"rolled back: {key!r} holds the previous filter again; the replaced one is now {to_display(family.standby)!r}"
+            f"rolled back: {name!r} holds the previous filter again; the replaced one is now {to_display(family.standby)!r}"
         )

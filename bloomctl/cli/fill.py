@@ -8,7 +8,7 @@ from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.render import emit_json, fmt_rate
 from bloomctl.errors import ExitCode
-from bloomctl.fill import OVER, FillReport, Thresholds
+from bloomctl.fill import MISSING, OVER, FillReport, Thresholds
 from bloomctl.keys import to_display
 
 PROMETHEUS_METRICS = (
@@ -25,6 +25,7 @@ PROMETHEUS_METRICS = (
     ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r: r.state.estimated_fpr),
     ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r: int(r.status == OVER)),
 )
+PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
 
 
 def _label(value: str) -> str:
@@ -32,15 +33,17 @@ def _label(value: str) -> str:
 
 
 def prometheus_text(reports: list[FillReport], warn: float, max_: float) -> str:
-    lines: list[str] = []
+    lines: list[str] = [f"# HELP {PRESENT[0]} {PRESENT[1]}", f"# TYPE {PRESENT[0]} gauge"]
+    lines += [f'{PRESENT[0]}{{key="{_label(to_display(r.key))}"}} {0.0 if r.state is None else 1.0}' for r in reports]
+    present = [r for r in reports if r.state is not None]
     for name, help_text, getter in PROMETHEUS_METRICS:
-        samples = [(r, getter(r)) for r in reports]
+        samples = [(r, getter(r)) for r in present]
         samples = [(r, v) for r, v in samples if v is not None]
         if not samples:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         lines += [f'{name}{{key="{_label(to_display(r.key))}"}} {float(v)!r}' for r, v in samples]
-    exact = [r for r in reports if r.state.exact]
+    exact = [r for r in present if r.state.exact]
     if exact:
         name = "bloomctl_bit_fill"
         lines += [f"# HELP {name} Fraction of bits set in each sub-filter (measured).", f"# TYPE {name} gauge"]
@@ -58,6 +61,8 @@ def prometheus_text(reports: list[FillReport], warn: float, max_: float) -> str:
 
 def text_line(r: FillReport) -> str:
     s = r.state
+    if s is None:
+        return f"{to_display(r.key)} {r.status.upper()} ({'; '.join(r.reasons)})"
     parts = [
         to_display(r.key),
         r.status.upper(),
@@ -80,9 +85,8 @@ def text_line(r: FillReport) -> str:
     "--warn",
     "warn_at",
     type=float,
-    default=0.8,
-    show_default=True,
-    help="Mark a filter WARN above this fill ratio (items / reserved capacity).",
+    default=None,
+    help="Mark a filter WARN above this fill ratio (items / reserved capacity) [default: 0.8, or --max if lower].",
 )
 @click.option(
     "--max",
@@ -101,13 +105,13 @@ def text_line(r: FillReport) -> str:
 def fill_ratio_command(
     app: AppContext,
     keys: tuple[str, ...],
-    warn_at: float,
+    warn_at: float | None,
     max_at: float,
     max_fpr: float | None,
     exact: bool,
     output_format: str,
 ) -> None:
-    """Check how full filters are: one line per filter, exit 1 when any is over --max.
+    """Check how full filters are: one line per filter, exit 1 when any is over --max (5 when one is missing).
 
     The fill ratio is items / reserved capacity (what BF.RESERVE was given): above 1.0 a
     scaling filter has grown extra sub-filters and a NONSCALING one is full.
@@ -129,16 +133,20 @@ def fill_ratio_command(
     if output_format == "json":
         emit_json(
             {
-                "thresholds": {"warn": warn_at, "max": max_at, "max_fpr": max_fpr},
+                "thresholds": {"warn": limits.warn, "max": limits.max, "max_fpr": limits.max_fpr},
                 "filters": [r.as_dict() for r in reports],
             }
         )
     elif output_format == "prometheus":
-        click.echo(prometheus_text(reports, warn_at, max_at), nl=False)
+        click.echo(prometheus_text(reports, limits.warn, limits.max), nl=False)
     else:
         for report in reports:
             click.echo(text_line(report))
+    missing = [to_display(r.key) for r in reports if r.status == MISSING]
     over = [to_display(r.key) for r in reports if r.status == OVER]
+    if missing:
+        click.echo(f"bloomctl: error: {len(missing)} of {len(reports)} not found: {', '.join(missing)}", err=True)
+        raise click.exceptions.Exit(ExitCode.CONFLICT)
     if over:
         click.echo(f"bloomctl: {len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", err=True)
         raise click.exceptions.Exit(ExitCode.CHECK_FAILED)

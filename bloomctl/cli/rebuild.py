@@ -153,7 +153,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @click.option("--swap", "do_swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
 @click.option(
     "--keep-old",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=10 * 365 * 24 * 3600),
     default=0,
     show_default=True,
     help="With --swap: keep the replaced filter this many seconds for rollback.",

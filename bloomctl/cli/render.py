@@ -39,26 +39,33 @@ def _console() -> Any:
     return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
 
 
+def _text(value: Any) -> Any:
+    """Cells are plain text: a key like ``x[/b]`` must not be read as rich markup."""
+    from rich.text import Text
+
+    return Text(str(value))
+
+
 def emit_pairs(title: str, rows: Iterable[tuple[str, Any]]) -> None:
     """A two-column table of field -> value."""
     from rich.table import Table
 
-    table = Table(title=title, show_header=False, title_justify="left", box=None, pad_edge=False)
+    table = Table(title=_text(title), show_header=False, title_justify="left", box=None, pad_edge=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     for name, value in rows:
-        table.add_row(name, str(value))
+        table.add_row(_text(name), _text(value))
     _console().print(table)
 
 
 def emit_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_text(title) if title else None, title_justify="left")
     for column in columns:
         table.add_column(column, justify="right" if column[:1].isdigit() or column in NUMERIC else "left")
     for row in rows:
-        table.add_row(*(str(cell) for cell in row))
+        table.add_row(*(_text(cell) for cell in row))
     _console().print(table)
 
 
