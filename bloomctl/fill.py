@@ -41,7 +41,7 @@ def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[byt
     """Keys matching ``pattern`` that hold a filter of any backend, on every master of a cluster.
 
     SCAN ... TYPE narrows the keyspace per backend; strings are then checked for the bitmap
-    backend's magic bytes in one pipelined GETRANGE per SCAN page.
+    backend's header in one pipeline per SCAN page.
     """
     seen: set[bytes] = set()
     for node in _primaries(client):
@@ -57,12 +57,7 @@ def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[byt
 
 
 def _keep(node: Any, backend: backends.Backend, keys: list[bytes], seen: set[bytes]) -> Iterator[bytes]:
-    if backend.magic and keys:
-        pipe = node.pipeline(transaction=False)
-        for key in keys:
-            pipe.getrange(key, 0, len(backend.magic) - 1)
-        keys = [key for key, head in zip(keys, pipe.execute(), strict=True) if head == backend.magic]
-    for key in keys:
+    for key in backend.select(node, keys):
         if key not in seen and not is_companion(key):
             seen.add(key)
             yield key

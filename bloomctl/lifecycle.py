@@ -47,7 +47,7 @@ def read_metadata(client: Any, meta_key: bytes) -> dict[str, str]:
 @dataclass(frozen=True)
 class ReserveResult:
     created: bool
-    state: FilterState
+    state: FilterState | None  # None after a dry run that would create the filter
 
 
 def plan_matches(plan: Plan, state: FilterState) -> bool:
@@ -60,6 +60,28 @@ def plan_matches(plan: Plan, state: FilterState) -> bool:
     return state.filters == 1 and state.capacity == plan.capacity and state.size_bytes == plan.size_bytes
 
 
+def check_memory(client: Any, key: bytes, size: int) -> None:
+    """Refuse a filter bigger than the memory its node has left (maxmemory, else the machine's).
+
+    Redis would otherwise start evicting keys or get killed by the OOM killer. Skipped when the
+    server does not tell (an ACL user without INFO, a managed service hiding it).
+    """
+    from bloomctl.loader import node_client
+
+    try:
+        memory = node_client(client, key).info("memory")
+    except Exception:  # no permission, or a server without these fields: nothing to compare
+        return
+    used = int(memory.get("used_memory", 0))
+    limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
+    if limit and size > limit - used:
+        source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
+        raise StateConflict(
+            f"the filter needs {size:,} bytes but the server has {max(limit - used, 0):,} left ({source} "
+            f"{limit:,}, used {used:,}): lower --capacity or raise --error-rate, or pass --force"
+        )
+
+
 def reserve(
     client: Any,
     server: ServerInfo,
@@ -68,7 +90,10 @@ def reserve(
     *,
     if_not_exists: bool = False,
     backend: str = AUTO,
+    force: bool = False,
+    dry_run: bool = False,
 ) -> ReserveResult:
+    """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing."""
     chosen = backends.choose(server, backend)
     chosen.check_plan(plan)
     family = KeyFamily.of(key)
@@ -83,6 +108,15 @@ def reserve(
         raise StateConflict(
             f"filter {name!r} already exists {detail}: {existing.name}, capacity {state.capacity:,}, {state.items:,} items"
         )
+    meta_kind = backends.key_type(client, family.meta)
+    if meta_kind not in (b"none", b"hash"):
+        raise StateConflict(
+            f"{to_display(family.meta)!r} holds {backends.describe_type(meta_kind)}, not bloomctl metadata"
+        )
+    if not force:
+        check_memory(client, family.active, chosen.size_bytes(plan))
+    if dry_run:
+        return ReserveResult(created=False, state=None)
     chosen.reserve(client, family.active, plan)
     client.delete(family.meta)
     client.hset(family.meta, mapping=metadata_for(plan, chosen.name))

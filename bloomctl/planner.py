@@ -168,7 +168,8 @@ class Plan:
             survive *= 1 - estimated_fpr(in_sub, sub.bits, sub.hashes)
         return 1 - survive
 
-    def warnings(self) -> list[str]:
+    def warnings(self, when_full: str = "BF.ADD fails once it is full") -> list[str]:
+        """Advice on a poor plan; ``when_full`` says what a full NONSCALING filter does on this backend."""
         notes: list[str] = []
         if self.items is None:
             return notes
@@ -177,7 +178,7 @@ class Plan:
             notes.append(
                 f"{self.items:,} items {verb} this NONSCALING filter to {self.items / self.capacity:.0%} of "
                 f"capacity: raise --capacity to at least {math.ceil(self.items / NONSCALING_WARN_FILL):,}"
-                + ("; BF.ADD fails once it is full" if self.items > self.capacity else "")
+                + (f"; {when_full}" if self.items > self.capacity else "")
             )
         if self.scaling and self.total_capacity < self.items:
             notes.append(

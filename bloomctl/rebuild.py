@@ -54,6 +54,7 @@ class RebuildOptions:
     min_ratio: float = lifecycle.DEFAULT_MIN_RATIO
     allow_shrink: bool = False
     dry_run: bool = False
+    force: bool = False  # skip the free-memory check
     lock_ttl_ms: int = DEFAULT_TTL_MS
     seed: int | None = None  # for the verification sample; tests fix it
 
@@ -307,6 +308,8 @@ def rebuild(
                 {"phase": "standby", "replaced_items": report.replaced_standby},
             )
         client.unlink(family.standby, family.standby_meta)
+        if not options.force:
+            lifecycle.check_memory(client, family.standby, backend.size_bytes(the_plan))
         backend.reserve(client, family.standby, the_plan)
         client.hset(family.standby_meta, mapping=lifecycle.metadata_for(the_plan, backend.name))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -229,7 +230,48 @@ def test_unsupported_server_message_for_outdated_is_typed(plain):
     old = functions_source().replace(f"local LIB_VERSION = {LIBRARY_VERSION}", "local LIB_VERSION = 99")
     client.execute_command("FUNCTION LOAD", "REPLACE", old)
     try:
-        with pytest.raises(UnsupportedServer, match="version 99"):
+        with pytest.raises(UnsupportedServer, match="version 99, newer"):
             Bitmap().ensure(client)
+    finally:
+        client.function_flush()
+
+
+def test_a_string_that_merely_starts_with_the_magic_is_not_a_filter(cli_plain, plain):
+    client = plain.client()
+    client.set("notes", "bloomctl is a tool for Bloom filters; these are my notes about it, long enough for a header")
+    assert cli_plain("reserve", "real", "-c", "100", "-e", "1%").exit_code == 0
+    info = cli_plain("info", "notes")
+    assert info.exit_code == 5 and "not a bloomctl filter" in info.stderr
+    scan = cli_plain("fill-ratio", "*", "--format", "json")
+    assert scan.exit_code == 0, scan.stderr
+    assert [f["key"] for f in json.loads(scan.stdout)["filters"]] == ["real"]
+    truncated = client.get("real")[:-8]
+    client.set("cut", truncated)  # a filter whose bits were cut short is not taken for one either
+    assert cli_plain("info", "cut").exit_code == 5
+
+
+def test_a_newer_format_says_so(plain):
+    backend, client = Bitmap(), plain.client()
+    backend.reserve(client, b"f", plan(100, 0.01, None))
+    raw = bytearray(client.get("f"))
+    raw[8] = 2  # format version 2
+    client.set("f", bytes(raw))
+    with pytest.raises(UnsupportedServer, match="newer bloomctl"):
+        backend.madd(client, b"f", ["x"])
+
+
+def test_a_newer_library_is_never_downgraded_silently(cli_plain, plain):
+    client = plain.client()
+    newer = functions_source().replace(f"local LIB_VERSION = {LIBRARY_VERSION}", "local LIB_VERSION = 99")
+    client.execute_command("FUNCTION LOAD", "REPLACE", newer)
+    try:
+        status = cli_plain("functions", "status")
+        assert status.exit_code == 1 and "newer" in status.stdout
+        refused = cli_plain("functions", "install")
+        assert refused.exit_code == 4 and "upgrade bloomctl" in refused.stderr
+        use = cli_plain("reserve", "f", "-c", "100", "-e", "1%", "--backend", "bitmap")
+        assert use.exit_code == 4 and "newer" in use.stderr
+        assert cli_plain("functions", "install", "--force").exit_code == 0
+        assert cli_plain("functions", "status").exit_code == 0
     finally:
         client.function_flush()

@@ -82,13 +82,17 @@ def test_plan_nonscaling_overfill_warning(cli):
         ["plan", "-c", "1M"],
         ["fill-ratio", "k", "--warn", "0.9", "--max", "0.5"],
         ["nonsense"],
+        ["info", ""],
+        ["plan", "-c", "1e400", "-e", "1%"],
+        ["plan", "-c", "1", "-e", "1%", "--expansion", "1", "--items", "5000", "--bogus"],
     ],
 )
 def test_usage_errors_exit_2_with_a_message_on_stderr(cli_plain, args):
     result = cli_plain(*args)
     assert result.exit_code == 2, result.stdout + result.stderr
     assert result.stdout == ""
-    assert result.stderr.strip()
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bloomctl: error: "), result.stderr
 
 
 def test_redisbloom_backend_on_plain_redis_says_what_to_load(cli_plain, plain):

@@ -349,3 +349,34 @@ def test_table_output_prints_keys_and_metadata_literally(target, key):
     result = target.cli("info", key, "--format", "table")
     assert result.exit_code == 0, result.stderr
     assert key.split("\t")[0] in result.stdout and "[/x] oops" in result.stdout
+
+
+def test_reserve_dry_run_makes_the_same_checks(target):
+    target.client.set("taken", "precious")
+    dry = target.cli("reserve", "taken", "-c", "100", "-e", "1%", "--backend", target.backend.name, "--dry-run")
+    assert dry.exit_code == 5 and "string" in dry.stderr
+
+
+def test_reserve_refuses_a_filter_bigger_than_free_memory(target):
+    from bloomctl.loader import node_client
+
+    node = node_client(target.client, b"big")
+    node.config_set("maxmemory", "50mb")
+    try:
+        args = ["-c", "70M", "-e", "1%", "--backend", target.backend.name, *expansion_args(target)]  # ~84-96 MB
+        result = target.cli("reserve", "big", *args)
+        assert result.exit_code == 5 and "--force" in result.stderr and "maxmemory" in result.stderr
+        assert not target.client.exists("big")
+    finally:
+        node.config_set("maxmemory", "0")
+    too_big = target.cli(
+        "reserve", "big", "-c", "1e11", "-e", "1%", "--backend", target.backend.name, *expansion_args(target)
+    )
+    assert too_big.exit_code in (2, 5) and not target.client.exists("big")  # bitmap: over 512 MB (2)
+
+
+def test_reserve_refuses_a_metadata_key_of_another_type(target):
+    target.client.set(KeyFamily.of("users").meta, "not a hash")
+    result = target.cli("reserve", "users", "-c", "100", "-e", "1%", "--backend", target.backend.name)
+    assert result.exit_code == 5 and "not bloomctl metadata" in result.stderr
+    assert not target.client.exists("users")

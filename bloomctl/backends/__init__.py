@@ -136,7 +136,7 @@ class Backend(ABC):
 
     name: str
     redis_type: bytes  # what TYPE answers for a key of this backend
-    magic: bytes = b""  # what the value starts with, where TYPE alone does not tell
+    magic: bytes = b""  # what the value starts with, where TYPE alone does not tell (checked by SWAP_LUA)
 
     @abstractmethod
     def check_plan(self, plan: Plan) -> Plan:
@@ -149,6 +149,10 @@ class Backend(ABC):
     @abstractmethod
     def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
         """Whether ``key`` (whose TYPE is ``kind``) holds a filter of this backend."""
+
+    def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
+        """Of ``keys`` (all of this backend's Redis type), those that hold its filters: one pipeline."""
+        return keys
 
     @abstractmethod
     def reserve(self, client: Any, key: bytes, plan: Plan) -> None: ...

@@ -93,6 +93,18 @@ def parse_header(blob: bytes) -> dict[str, Any] | None:
     }
 
 
+def recognise(head: bytes, length: int) -> bool:
+    """Whether a string's first 64 bytes and length are those of a bitmap filter (of any format)."""
+    header = parse_header(head)
+    return (
+        header is not None
+        and header["hashes"] > 0
+        and header["bits"] > 0
+        and header["bits"] % 64 == 0
+        and length == HEADER_BYTES + header["bits"] // 8
+    )
+
+
 def _nodes(client: Any) -> list[Any]:
     if hasattr(client, "get_primaries"):
         return [client.get_redis_connection(node) for node in client.get_primaries()]
@@ -115,6 +127,8 @@ def _error(exc: Exception, key: bytes) -> Exception:
         return StateConflict(f"key {name!r} already exists")
     if "exceeds the 512 MB" in text:
         return UsageError(text.removeprefix("ERR "))
+    if "filter format" in text:
+        return UnsupportedServer(f"key {name!r}: {text.removeprefix('ERR ')} (a newer bloomctl wrote it)")
     return exc
 
 
@@ -155,9 +169,19 @@ class Bitmap(Backend):
                 found[_node_name(node)] = None
         return found
 
-    def install(self, client: Any) -> str:
-        """Load the library (Functions, REPLACE) or the script (EVALSHA) on every primary; idempotent."""
+    def install(self, client: Any, *, force: bool = False) -> str:
+        """Load the library (Functions, REPLACE) or the script (EVALSHA) on every primary; idempotent.
+
+        A newer library (from a newer bloomctl) is never downgraded unless ``force``.
+        """
         mode = self.detect_mode(client)
+        if mode == FUNCTIONS and not force:
+            newer = {node: v for node, v in self.installed_versions(client).items() if v and v > LIBRARY_VERSION}
+            if newer:
+                raise UnsupportedServer(
+                    f"a newer bloomctl installed library version {max(newer.values())} on {', '.join(newer)}: "
+                    f"upgrade bloomctl (this one has version {LIBRARY_VERSION}), or pass --force to downgrade"
+                )
         sha = None
         for node in _nodes(client):
             if mode == FUNCTIONS:
@@ -177,12 +201,18 @@ class Bitmap(Backend):
             self.install(client)
             return self._modes[client]
         versions = self.installed_versions(client)
-        outdated = {node: v for node, v in versions.items() if v is not None and v != LIBRARY_VERSION}
+        newer = {node: v for node, v in versions.items() if v is not None and v > LIBRARY_VERSION}
+        if newer:
+            raise UnsupportedServer(
+                f"the server has the bloomctl function library version {max(newer.values())}, newer than this "
+                f"bloomctl's {LIBRARY_VERSION}: upgrade bloomctl"
+            )
+        outdated = {node: v for node, v in versions.items() if v is not None and v < LIBRARY_VERSION}
         if outdated:
             detail = ", ".join(f"{node} has version {v}" for node, v in outdated.items())
             raise UnsupportedServer(
-                f"the bloomctl function library on the server is not version {LIBRARY_VERSION} ({detail}): "
-                "run `bloomctl functions install`"
+                f"the bloomctl function library on the server is outdated ({detail}, this bloomctl needs "
+                f"{LIBRARY_VERSION}): run `bloomctl functions install`"
             )
         if any(v is None for v in versions.values()):
             self.install(client)
@@ -227,7 +257,21 @@ class Bitmap(Backend):
         return HEADER_BYTES + plan.first.bytes
 
     def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
-        return kind == self.redis_type and client.getrange(key, 0, len(MAGIC) - 1) == MAGIC
+        return kind == self.redis_type and bool(self.select(client, [key]))
+
+    def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
+        """Strings whose header is bloomctl's and whose length matches the bit count it declares:
+        a note that merely starts with the word "bloomctl" is not taken for a filter."""
+        if not keys:
+            return []
+        pipe = node.pipeline(transaction=False)
+        for key in keys:
+            pipe.getrange(key, 0, HEADER_BYTES - 1)
+            pipe.strlen(key)
+        replies = pipe.execute()
+        return [
+            key for key, head, length in zip(keys, replies[::2], replies[1::2], strict=True) if recognise(head, length)
+        ]
 
     def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
         raw = self.call(client, "info", key, read_only=True)

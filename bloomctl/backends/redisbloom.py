@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from bloomctl.backends import Backend, FilterState, SubFilterState
-from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, WrongType
+from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan
 
@@ -49,6 +49,8 @@ def _bf_error(exc: Exception, key: bytes) -> Exception:
         return WrongType(f"key {name!r} is not a RedisBloom filter")
     if "item exists" in text:
         return StateConflict(f"key {name!r} already exists")
+    if text.startswith("ERR bad ") or "must be" in text:  # ERR bad capacity / error rate / expansion
+        return UsageError(f"the server refused the arguments: {text.removeprefix('ERR ')}")
     if "unknown command" in text.lower():
         return UnsupportedServer(f"the server does not know this command: {text}")
     return exc

@@ -42,19 +42,29 @@ class BloomctlGroup(click.Group):
                 _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}")
             _fail(ExitCode.CONNECTION, str(connection_error(exc, settings)))
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """Click's own handling, except that every error is one line: ``bloomctl: error: ...``."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            return super().main(*args, **kwargs)
-        except click.exceptions.Exit:
-            raise
-        except (SystemExit, click.ClickException, click.Abort):
-            raise
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"bloomctl: error: {exc.format_message()}{hint}", err=True)
+            sys.exit(ExitCode.USAGE)
+        except click.ClickException as exc:
+            click.echo(f"bloomctl: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("bloomctl: error: interrupted", err=True)
+            sys.exit(ExitCode.INTERRUPTED)
         except Exception as exc:  # a bug: one line, then the traceback for the report
             import traceback
 
             traceback.print_exc(file=sys.stderr)
             click.echo(f"bloomctl: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
             sys.exit(ExitCode.INTERNAL)
+        sys.exit(code if isinstance(code, int) else ExitCode.OK)
 
 
 @click.group(cls=BloomctlGroup, context_settings=CONTEXT_SETTINGS)

@@ -20,6 +20,7 @@ from bloomctl.keys import to_display
 @click.option(
     "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
 )
+@click.option("--force", is_flag=True, help="Create the filter even if it is bigger than the server's free memory.")
 @backend_option
 @format_option("table", "json")
 @click.pass_obj
@@ -32,6 +33,7 @@ def reserve_command(
     nonscaling: bool,
     dry_run: bool,
     if_not_exists: bool,
+    force: bool,
     backend: str,
     output_format: str,
 ) -> None:
@@ -50,21 +52,34 @@ def reserve_command(
       bloomctl reserve users -c 1M -e 1% --backend bitmap
     """
     from bloomctl import backends, lifecycle
-    from bloomctl.keys import to_bytes
     from bloomctl.planner import plan as make_plan
 
     chosen = backends.choose(app.server, backend)
     the_plan = chosen.check_plan(make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, chosen.name)))
-    if dry_run:
-        exists = backends.key_type(app.client, to_bytes(key)) != b"none"
+    if dry_run:  # every check of the real run, then nothing created
+        result = lifecycle.reserve(
+            app.client,
+            app.server,
+            key,
+            the_plan,
+            if_not_exists=if_not_exists,
+            backend=chosen.name,
+            force=force,
+            dry_run=True,
+        )
+        verdict = "would create it" if result.state is None else "it already exists with these parameters"
         if output_format == "json":
-            emit_json({"plan": plan_data(the_plan, chosen.name), "dry_run": True, "key_exists": exists})
+            emit_json(
+                {"plan": plan_data(the_plan, chosen.name), "dry_run": True, "key_exists": result.state is not None}
+            )
         else:
             render_plan(the_plan, output_format, chosen.name)
-            note(f"dry run: nothing created ({key!r} {'exists' if exists else 'does not exist'})")
+            note(f"dry run: nothing created ({verdict})")
         return
     # Create first, print after: a refused reserve leaves stdout empty.
-    result = lifecycle.reserve(app.client, app.server, key, the_plan, if_not_exists=if_not_exists, backend=chosen.name)
+    result = lifecycle.reserve(
+        app.client, app.server, key, the_plan, if_not_exists=if_not_exists, backend=chosen.name, force=force
+    )
     if result.created and backend == "auto" and chosen.name == "bitmap":
         note(f"{app.server.description} has no BF.* commands: created a module-free bitmap filter")
     predicted = chosen.size_bytes(the_plan)

@@ -22,15 +22,19 @@ def functions_group() -> None:
     """
 
 
+def _state(version: int | None, expected: int) -> str:
+    if version is None:
+        return "missing"
+    return "current" if version == expected else "outdated" if version < expected else "newer"
+
+
 def _status(app: AppContext) -> dict:
     from bloomctl.backends.bitmap import FUNCTIONS, LIBRARY_VERSION, Bitmap
 
     backend = Bitmap()
     mode = backend.detect_mode(app.client)
     nodes = backend.installed_versions(app.client) if mode == FUNCTIONS else {}
-    states = {
-        node: "current" if v == LIBRARY_VERSION else "missing" if v is None else "outdated" for node, v in nodes.items()
-    }
+    states = {node: _state(v, LIBRARY_VERSION) for node, v in nodes.items()}
     return {
         "mode": mode,
         "library": "bloomctl",
@@ -52,10 +56,11 @@ def _print_status(status: dict) -> None:
 
 
 @functions_group.command("install")
+@click.option("--force", is_flag=True, help="Replace even a newer library (from a newer bloomctl).")
 @format_option("text", "json")
 @click.pass_obj
-def install_command(app: AppContext, output_format: str) -> None:
-    """Load (or replace) the library on every primary. Idempotent.
+def install_command(app: AppContext, force: bool, output_format: str) -> None:
+    """Load (or replace) the library on every primary. Idempotent; never downgrades without --force.
 
     \b
     Example:
@@ -63,7 +68,7 @@ def install_command(app: AppContext, output_format: str) -> None:
     """
     from bloomctl.backends.bitmap import Bitmap
 
-    Bitmap().install(app.client)
+    Bitmap().install(app.client, force=force)
     status = _status(app)
     emit_json(status) if output_format == "json" else _print_status(status)
 
@@ -72,7 +77,7 @@ def install_command(app: AppContext, output_format: str) -> None:
 @format_option("text", "json")
 @click.pass_obj
 def status_command(app: AppContext, output_format: str) -> None:
-    """Show the library version on every primary; exit 1 when one is missing or outdated.
+    """Show the library version on every primary; exit 1 when one is missing, outdated or newer.
 
     \b
     Example:
@@ -81,7 +86,7 @@ def status_command(app: AppContext, output_format: str) -> None:
     status = _status(app)
     emit_json(status) if output_format == "json" else _print_status(status)
     if not status["ok"]:
-        click.echo("bloomctl: the function library is missing or outdated: run `bloomctl functions install`", err=True)
+        click.echo("bloomctl: the function library is not the current version on every node", err=True)
         raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 

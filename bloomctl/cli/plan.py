@@ -38,6 +38,9 @@ def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:
     ]
 
 
+BITMAP_WHEN_FULL = "a bitmap filter keeps accepting items, and its false-positive rate keeps rising"
+
+
 def plan_data(p: Plan, backend: str = "redisbloom") -> dict:
     data = {"backend": backend, **p.as_dict()}
     if backend == "bitmap":
@@ -46,17 +49,27 @@ def plan_data(p: Plan, backend: str = "redisbloom") -> dict:
         data["size_bytes"] = get("bitmap").size_bytes(p)
         if "total_memory_bytes" in data:
             data["total_memory_bytes"] = data["size_bytes"]
+        data["warnings"] = p.warnings(BITMAP_WHEN_FULL)
     return data
 
 
 def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> None:
-    for message in p.warnings():
+    data = plan_data(p, backend)
+    for message in data["warnings"]:
         warn(message)
     if output_format == "json":
-        emit_json(plan_data(p, backend))
+        emit_json(data)
         return
     emit_pairs("Plan", plan_rows(p, backend))
-    if p.items is not None:
+    if p.items is not None and backend == "bitmap":
+        emit_pairs(
+            "",
+            [
+                ("items", f"{p.items:,}  ({p.items / p.capacity:.0%} of capacity)"),
+                ("false-positive rate at that fill", fmt_rate(p.compound_error_rate)),
+            ],
+        )
+    elif p.items is not None:
         emit_table(
             f"Growth chain for {p.items:,} items",
             ["#", "capacity", "error rate", "hashes", "bytes"],

@@ -167,6 +167,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 )
 @click.option("--allow-shrink", is_flag=True, help="With --swap: swap even below --min-ratio.")
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
+@click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Log lines on stderr."
@@ -203,6 +204,7 @@ def rebuild_command(
     min_ratio: float,
     allow_shrink: bool,
     dry_run: bool,
+    force: bool,
     quiet: bool,
     log_format: str,
     output_format: str,
@@ -257,6 +259,7 @@ def rebuild_command(
         min_ratio=min_ratio,
         allow_shrink=allow_shrink,
         dry_run=dry_run,
+        force=force,
     )
     reporter = Reporter(quiet, log_format)
     try:
