@@ -506,9 +506,90 @@ class SqlSource:
         return narrowed
 
     def batches(self, size: int) -> Iterator[list[bytes]]:
+        self.stats = SourceStats()
+        if self._copy_possible():
+            yield from self._copy_batches(size)
+            return
+        yield from self._cursor_batches(size)
+
+    def _copy_possible(self) -> bool:
+        """PostgreSQL through psycopg, without bound parameters: COPY ... TO STDOUT is 2x faster."""
+        if self.params or self.template is not None:
+            return False
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return False
+        return self.engine.dialect.name == "postgresql" and self.engine.dialect.driver == "psycopg"
+
+    def _copy_batches(self, size: int) -> Iterator[list[bytes]]:
+        """Rows from ``COPY (SELECT column FROM (query)) TO STDOUT``, read straight from libpq: one
+        Python call per row. The text format has one row per line, and a newline inside a value
+        arrives as the escape ``\\n``, so raw newlines always separate rows.
+        """
+        import psycopg
+        from psycopg import pq
         from sqlalchemy import text
 
-        self.stats = SourceStats()
+        try:
+            with self.engine.connect() as conn:
+                names = list(conn.execute(text(f"SELECT * FROM ({self.query}) AS bloomctl_cols LIMIT 0")).keys())
+            fmt = ItemFormatter(names, self.column, None, self.prefix)
+            # Only the item's column travels: no splitting here, and fewer bytes from the server.
+            column = '"' + names[fmt.index].replace('"', '""') + '"'
+            select = f"SELECT {column} FROM ({self.query}) AS bloomctl_src"
+            conninfo = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            with psycopg.connect(conninfo, autocommit=True) as raw:
+                pgconn = raw.pgconn
+                pgconn.send_query(f"COPY ({select}) TO STDOUT".encode())
+                result = pgconn.get_result()
+                if result is None or result.status != pq.ExecStatus.COPY_OUT:
+                    message = result.get_error_message() if result is not None else b"no result"
+                    raise SourceError(f"COPY failed: {message.decode(errors='replace').strip()}")
+                get, done = pgconn.get_copy_data, False
+                while not done:
+                    rows: list[bytes] = []
+                    append = rows.append
+                    for _ in range(size):  # the hot loop: one libpq call and one append per row
+                        nbytes, data = get(0)
+                        if nbytes < 0:
+                            done = True
+                            break
+                        append(data)
+                    if rows:
+                        yield from self._copy_items(rows, fmt.prefix)
+                while (result := pgconn.get_result()) is not None:
+                    if result.status == pq.ExecStatus.FATAL_ERROR:
+                        raise SourceError(f"COPY failed: {result.get_error_message().decode(errors='replace').strip()}")
+        except (UsageError, SourceError):
+            raise
+        except GeneratorExit:
+            raise
+        except Exception as exc:
+            raise self._error(exc, "the query") from None
+
+    def _copy_items(self, rows: list[bytes], prefix: bytes) -> Iterator[list[bytes]]:
+        body = b"".join(rows)[:-1]  # one value per row, each row ending with a newline
+        count = len(rows)
+        values = body.split(b"\n")
+        if b"\\" in body:
+            values = [_copy_unescape(v) if b"\\" in v else v for v in values]
+        self.stats.rows += count
+        items = [v for v in values if v] if b"" in values else values
+        self.stats.blank += count - len(items)
+        if prefix and items:
+            items = (
+                (prefix + (b"\n" + prefix).join(items)).split(b"\n")
+                if b"\n" not in body
+                else [prefix + v for v in items]
+            )
+        self.stats.items += len(items)
+        if items:
+            yield items
+
+    def _cursor_batches(self, size: int) -> Iterator[list[bytes]]:
+        from sqlalchemy import text
+
         try:
             with self.engine.connect() as conn:
                 result = conn.execution_options(stream_results=True, yield_per=size).execute(
@@ -535,6 +616,26 @@ class SqlSource:
             raise
         except Exception as exc:
             raise self._error(exc, "the query") from None
+
+
+_COPY_ESCAPES = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v", b"\\": b"\\"}
+_COPY_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|(.))", re.S)
+
+
+def _copy_unescape(field: bytes) -> bytes:
+    """A field of PostgreSQL's COPY text format as its bytes; ``\\N`` (NULL) becomes empty."""
+    if field == b"\\N":
+        return b""
+
+    def one(match: re.Match[bytes]) -> bytes:
+        octal, hexa, char = match.groups()
+        if octal:
+            return bytes([int(octal, 8) & 0xFF])
+        if hexa:
+            return bytes([int(hexa, 16)])
+        return _COPY_ESCAPES.get(char, char)
+
+    return _COPY_ESCAPE.sub(one, field)
 
 
 def _text(value: Any) -> str:

@@ -203,34 +203,47 @@ def test_sql_errors_are_source_errors_without_passwords(sqlite_engine):
     assert "hunter2-secret" not in str(excinfo.value) and "***" in str(excinfo.value)
 
 
-def test_postgres_streams_with_a_server_side_cursor(pg_engine):
-    """Memory stays flat: rows arrive in partitions from a named cursor, not all at once."""
+def test_postgres_streams_with_copy(pg_engine):
+    """Rows arrive while the server is still sending them (COPY TO STDOUT): memory stays flat."""
     table = make_table(pg_engine, 50_000)
     try:
-        source = SqlSource(pg_engine.url.render_as_string(hide_password=False), f"SELECT email FROM {table}")
+        source = SqlSource(
+            pg_engine.url.render_as_string(hide_password=False), f"SELECT id, email FROM {table}", column="email"
+        )
         batches = source.batches(1000)
         first = next(batches)
-        assert len(first) == 1000
-        with pg_engine.connect() as conn:  # the other session is fetching from a named cursor
+        assert len(first) == 1000 and first[0].endswith(b"@example.com")
+        with pg_engine.connect() as conn:  # the other session is in the middle of its COPY
             queries = (
                 conn.execute(
                     sqlalchemy.text(
-                        "SELECT query FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE :pattern"
-                    ),
-                    {"pattern": f"%{table}%"},
-                )
-                .scalars()
-                .all()
-                + conn.execute(
-                    sqlalchemy.text(
-                        "SELECT query FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query ILIKE 'FETCH%'"
+                        "SELECT query FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active'"
                     )
                 )
                 .scalars()
                 .all()
             )
         batches.close()
-        assert any(q.upper().startswith(("FETCH", "DECLARE")) for q in queries), queries
-        assert sum(1 for _ in source.batches(1000)) == 50
+        assert any(q.startswith('COPY (SELECT "email" FROM') for q in queries), queries
+        assert sum(len(b) for b in source.batches(1000)) == 50_000
+    finally:
+        drop(pg_engine, table)
+
+
+def test_postgres_copy_unescapes_values(pg_engine):
+    table = f"bloomctl_{uuid.uuid4().hex[:10]}"
+    values = ["tab\there", "new\nline", "back\\slash", "ünï", "", None, "plain"]
+    with pg_engine.begin() as conn:
+        conn.execute(sqlalchemy.text(f"CREATE TABLE {table} (n INTEGER, v TEXT)"))
+        conn.execute(
+            sqlalchemy.text(f"INSERT INTO {table} VALUES (:n, :v)"), [{"n": i, "v": v} for i, v in enumerate(values)]
+        )
+    try:
+        url = pg_engine.url.render_as_string(hide_password=False)
+        source = SqlSource(url, f"SELECT v FROM {table} ORDER BY n")
+        assert read(source, 100) == [v.encode() for v in values if v]
+        assert source.stats.blank == 2
+        cursor_path = SqlSource(url, f"SELECT v FROM {table} ORDER BY n", template="{v}")  # no COPY with a template
+        assert read(cursor_path, 100) == [v.encode() for v in values if v]
     finally:
         drop(pg_engine, table)
