@@ -118,7 +118,7 @@ class Loader:
         if len(reply) != expected:
             raise StateConflict(f"the server answered {len(reply)} results for a batch of {expected}")
         added = reply.count(1)  # list.count runs in C: this loop is hot
-        if added + reply.count(0) != expected:
+        if added != expected and added + reply.count(0) != expected:
             errors = [flag for flag in reply if isinstance(flag, Exception)] or [f"unexpected reply {reply[:3]}"]
             detail = str(errors[0])
             if "full" in detail:
