@@ -141,3 +141,10 @@ def test_bad_scheme_is_a_usage_error(cli):
     result = cli("info", "users", url="http://localhost/")
     assert result.exit_code == 2
     assert "redis://" in result.stderr
+
+
+def test_plan_with_a_chain_too_long_to_project(cli):
+    result = cli("plan", "-c", "1", "-e", "1%", "--expansion", "1", "--items", "5000", "--format", "json")
+    assert result.exit_code == 0
+    assert "projection stops" in result.stderr
+    assert len(json.loads(result.stdout)["chain"]) == 64

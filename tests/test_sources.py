@@ -247,3 +247,8 @@ def test_postgres_copy_unescapes_values(pg_engine):
         assert read(cursor_path, 100) == [v.encode() for v in values if v]
     finally:
         drop(pg_engine, table)
+
+
+def test_missing_driver_says_what_to_install():
+    with pytest.raises(UsageError, match="driver for mssql is not installed"):
+        read(SqlSource("mssql+pyodbc://u@h/db", "SELECT 1"))
