@@ -244,3 +244,22 @@ def sqlite_engine(tmp_path):
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'source.db'}")
     yield engine
     engine.dispose()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line per backend x topology: which halves of the lifecycle suite ran here."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            for target in ("bitmap-standalone", "bitmap-cluster", "redisbloom-standalone", "redisbloom-cluster"):
+                if f"[{target}" in nodeid and getattr(report, "when", "call") in ("call", "setup"):
+                    if outcome == "passed" and report.when != "call":
+                        continue
+                    counts.setdefault(target, {}).setdefault(outcome, 0)
+                    counts[target][outcome] += 1
+    if counts:
+        terminalreporter.write_sep("-", "backend x topology")
+        for target, by_outcome in counts.items():
+            detail = ", ".join(f"{n} {outcome}" for outcome, n in sorted(by_outcome.items()))
+            terminalreporter.write_line(f"{target}: {detail}")
