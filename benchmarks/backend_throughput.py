@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,48 +29,13 @@ from pathlib import Path
 import hiredis
 import redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
+from benchmarks._common import start_server
 from bloomctl import backends
 from bloomctl.planner import plan
 
 PIPELINE_DEPTH = 8
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(module: str | None, workdir: str) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        workdir,
-        "--logfile",
-        os.path.join(workdir, "redis.log"),
-    ]
-    if module:
-        args += ["--loadmodule", module]
-    proc = subprocess.Popen(args)
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc, port
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
 
 
 def items(n: int) -> list[bytes]:

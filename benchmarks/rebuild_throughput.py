@@ -23,7 +23,6 @@ import csv
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,44 +32,12 @@ from pathlib import Path
 import hiredis
 import redis
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from benchmarks._common import start_server
+
 BATCH = 5000  # bloomctl rebuild's default --batch-size, used by every run here
 WINDOW = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(module: str | None, workdir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    args = [
-        "redis-server",
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-        "--logfile",
-        str(workdir / "redis.log"),
-    ]
-    if module:
-        args += ["--loadmodule", module]
-    proc = subprocess.Popen(args)
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            return proc, port
-        except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
 
 
 def write_csv(path: Path, n: int) -> None:

@@ -561,11 +561,9 @@ class SqlSource:
                 while (result := pgconn.get_result()) is not None:
                     if result.status == pq.ExecStatus.FATAL_ERROR:
                         raise SourceError(f"COPY failed: {result.get_error_message().decode(errors='replace').strip()}")
-        except (UsageError, SourceError):
+        except (UsageError, SourceError, GeneratorExit):
             raise
-        except GeneratorExit:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the driver's errors, one line each and without the password
             raise self._error(exc, "the query") from None
 
     def _copy_items(self, rows: list[bytes], prefix: bytes) -> Iterator[list[bytes]]:
@@ -610,11 +608,9 @@ class SqlSource:
                     self.stats.items += len(items)
                     if items:
                         yield items
-        except (UsageError, SourceError):
+        except (UsageError, SourceError, GeneratorExit):
             raise
-        except GeneratorExit:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # the driver's errors, one line each and without the password
             raise self._error(exc, "the query") from None
 
 

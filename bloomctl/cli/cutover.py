@@ -7,7 +7,7 @@ import sys
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option, yes_option
+from bloomctl.cli.options import format_option, swap_guard_options, yes_option
 from bloomctl.cli.render import emit_json
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
@@ -29,22 +29,7 @@ def _confirm(question: str, yes: bool) -> None:
 @click.option(
     "--standby", metavar="NAME", help="The filter to swap in [default: the standby of KEY, e.g. {KEY}:standby]."
 )
-@click.option(
-    "--keep-old",
-    metavar="SECONDS",
-    type=click.FloatRange(min=0, max=10 * 365 * 24 * 3600),
-    default=0,
-    show_default=True,
-    help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",
-)
-@click.option(
-    "--min-ratio",
-    type=click.FloatRange(min=0),
-    default=0.5,
-    show_default=True,
-    help="Refuse when the standby has fewer items than this fraction of the active filter's.",
-)
-@click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")
+@swap_guard_options
 @yes_option
 @format_option("text", "json")
 @click.pass_obj

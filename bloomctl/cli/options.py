@@ -113,3 +113,26 @@ def backend_option(f: F) -> F:
         help="For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the "
         "server has it. An existing filter's backend is read from the key. [env: BLOOMCTL_BACKEND]",
     )(f)
+
+
+def swap_guard_options(f: F) -> F:
+    """--keep-old, --min-ratio, --allow-shrink: how a swap treats the replaced filter, and its shrink guard."""
+    from bloomctl.lifecycle import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
+
+    f = click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")(f)
+    f = click.option(
+        "--min-ratio",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_MIN_RATIO,
+        show_default=True,
+        help="Refuse to swap when the standby has fewer items than this fraction of the active filter's.",
+    )(f)
+    f = click.option(
+        "--keep-old",
+        metavar="SECONDS",
+        type=click.FloatRange(min=0, max=MAX_KEEP_OLD_SECONDS),
+        default=0,
+        show_default=True,
+        help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",
+    )(f)
+    return f

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import _parse_capacity, _parse_error_rate, format_option
+from bloomctl.cli.options import _parse_capacity, _parse_error_rate, format_option, swap_guard_options
 from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 
 LOG_EVERY_SECONDS = 5.0
@@ -151,21 +151,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Seconds subtracted from the load start for catch-up.",
 )
 @click.option("--swap", "do_swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
-@click.option(
-    "--keep-old",
-    type=click.FloatRange(min=0, max=10 * 365 * 24 * 3600),
-    default=0,
-    show_default=True,
-    help="With --swap: keep the replaced filter this many seconds for rollback.",
-)
-@click.option(
-    "--min-ratio",
-    type=click.FloatRange(min=0),
-    default=0.5,
-    show_default=True,
-    help="With --swap: refuse when the standby has fewer items than this fraction of the active.",
-)
-@click.option("--allow-shrink", is_flag=True, help="With --swap: swap even below --min-ratio.")
+@swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
