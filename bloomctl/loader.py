@@ -1,25 +1,26 @@
-"""Loader: stream batches of items into one filter, several batches in flight, every reply read.
+"""Loader: stream batches of items into one filter, or into the shards of a sharded filter.
 
-The loader talks to the one node that owns the key (on a cluster the standby shares the active
-key's slot) over a single connection: it packs each batch with hiredis and sends the next ones
-while the server works on the first, up to ``window`` batches ahead, then reads each reply and
-counts per-item results. This is what closes most of the gap to ``redis-cli --pipe``.
+For each target key the loader uses one connection to the node that owns it (on a cluster a
+standby shares its active key's slot). It packs each batch with hiredis and sends the next ones
+while the server works on the first, up to ``window`` batches ahead per connection, then reads
+each reply and counts per-item results. With several keys (shards), items are routed by
+``crc32 mod N`` and every shard's node is kept busy at once from this single thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.backends import Backend
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
 
-DEFAULT_BATCH_SIZE = 2000
-DEFAULT_WINDOW = 8
+DEFAULT_BATCH_SIZE = 5000
+DEFAULT_WINDOW = 4
 
 Progress = Callable[[int], None]  # called with the number of items written so far
 
@@ -31,6 +32,7 @@ class LoadStats:
     duplicates: int = 0  # items the filter already had (repeats, and rare false positives)
     batches: int = 0
     seconds: float = 0.0
+    per_key: list[int] = field(default_factory=list)  # items sent to each target key
 
     @property
     def rate(self) -> float:
@@ -62,57 +64,99 @@ def _packer() -> Callable[[tuple[Any, ...]], bytes] | None:
     return pack_command
 
 
+class _Target:
+    """One key, its connection and the sizes of its unanswered batches."""
+
+    def __init__(self, loader: Loader, key: bytes) -> None:
+        self.loader, self.key = loader, key
+        self.pool = node_client(loader.client, key).connection_pool
+        self.conn = self.pool.get_connection()
+        self.pending: deque[int] = deque()
+        self.buffer: list[bytes] = []
+
+    def send(self, batch: list[bytes]) -> None:
+        loader = self.loader
+        command = loader.backend.madd_command(loader.client, self.key, batch)
+        if loader.pack is not None:
+            self.conn.send_packed_command([loader.pack(command)], check_health=False)
+        else:
+            self.conn.send_command(*command, check_health=False)
+        self.pending.append(len(batch))
+        loader.stats.sent += len(batch)
+        loader.stats.batches += 1
+        if len(self.pending) >= loader.window:
+            loader.read(self, self.pending.popleft())
+
+    def drain(self) -> None:
+        while self.pending:
+            self.loader.read(self, self.pending.popleft())
+
+    def close(self, broken: bool) -> None:
+        if broken:
+            self.conn.disconnect()  # unread replies would desynchronise the connection
+        self.pool.release(self.conn)
+
+
 class Loader:
     def __init__(
         self,
         client: Any,
         backend: Backend,
-        key: bytes,
+        keys: bytes | Sequence[bytes],
         *,
         window: int = DEFAULT_WINDOW,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         progress: Progress | None = None,
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
-        self.client, self.backend, self.key = client, backend, key
-        self.window = window
+        self.client, self.backend = client, backend
+        self.keys = [keys] if isinstance(keys, bytes) else list(keys)
+        self.window, self.batch_size = window, batch_size
         self.progress = progress
-        self.stats = LoadStats()
+        self.pack = _packer()
+        self.stats = LoadStats(per_key=[0] * len(self.keys))
 
     def load(self, batches: Iterable[list[bytes]]) -> LoadStats:
-        node = node_client(self.client, self.key)
-        pool = node.connection_pool
-        conn = pool.get_connection()
-        pack = _packer()
-        pending: deque[int] = deque()
+        from bloomctl.sharding import route
+
+        targets: list[_Target] = []
         started = time.perf_counter()
-        stats = self.stats
+        broken = True
         try:
+            targets = [_Target(self, key) for key in self.keys]
+            shards = len(targets)
             for batch in batches:
                 if not batch:
                     continue
-                command = self.backend.madd_command(self.client, self.key, batch)
-                if pack is not None:
-                    conn.send_packed_command([pack(command)], check_health=False)
-                else:
-                    conn.send_command(*command, check_health=False)
-                pending.append(len(batch))
-                stats.sent += len(batch)
-                stats.batches += 1
-                if len(pending) >= self.window:
-                    self._read(conn, pending.popleft())
-            while pending:
-                self._read(conn, pending.popleft())
-        except BaseException:
-            conn.disconnect()  # unread replies would desynchronise the connection
-            raise
+                if shards == 1:
+                    targets[0].send(batch)
+                    self.stats.per_key[0] += len(batch)
+                    continue
+                for index, group in enumerate(route(batch, shards)):
+                    if not group:
+                        continue
+                    target = targets[index]
+                    self.stats.per_key[index] += len(group)
+                    target.buffer.extend(group)
+                    if len(target.buffer) >= self.batch_size:
+                        target.send(target.buffer)
+                        target.buffer = []
+            for target in targets:
+                if target.buffer:
+                    target.send(target.buffer)
+                    target.buffer = []
+            for target in targets:
+                target.drain()
+            broken = False
         finally:
-            pool.release(conn)
-            stats.seconds += time.perf_counter() - started
-        return stats
+            for target in targets:
+                target.close(broken)
+            self.stats.seconds += time.perf_counter() - started
+        return self.stats
 
-    def _read(self, conn: Any, expected: int) -> None:
-        reply = conn.read_response()
+    def read(self, target: _Target, expected: int) -> None:
+        reply = target.conn.read_response()
         if isinstance(reply, Exception):
             raise reply
         if len(reply) != expected:
@@ -123,7 +167,7 @@ class Loader:
             detail = str(errors[0])
             if "full" in detail:
                 detail += ": the filter reached its capacity (raise --capacity or the headroom)"
-            raise StateConflict(f"writing to {to_display(self.key)!r} failed for {len(errors)} item(s): {detail}")
+            raise StateConflict(f"writing to {to_display(target.key)!r} failed for {len(errors)} item(s): {detail}")
         self.stats.added += added
         self.stats.duplicates += expected - added
         if self.progress is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from bloomctl import backends, lifecycle
+from bloomctl import backends, lifecycle, sharding
 from bloomctl.backends import AUTO, Backend
 from bloomctl.errors import SourceError, StateConflict, UsageError, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
@@ -55,6 +55,7 @@ class RebuildOptions:
     allow_shrink: bool = False
     dry_run: bool = False
     force: bool = False  # skip the free-memory check
+    shards: int | None = None  # a new sharded filter with this many members (an existing one keeps its count)
     lock_ttl_ms: int = DEFAULT_TTL_MS
     seed: int | None = None  # for the verification sample; tests fix it
 
@@ -78,11 +79,13 @@ class RebuildReport:
     size_bytes: int | None = None
     seconds: float = 0.0
     dry_run: bool = False
+    shards: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
             "standby": self.standby,
+            "shards": self.shards,
             "backend": self.backend,
             "dry_run": self.dry_run,
             "plan": {
@@ -163,7 +166,17 @@ def resolve_plan(
 ) -> tuple[Plan, Backend, int | None]:
     family = KeyFamily.of(key)
     meta: dict[str, str] = {}
-    if backends.key_type(client, family.active) != b"none":
+    manifest = sharding.read_manifest(client, family.active)
+    if manifest is not None:
+        backend = backends.get(manifest.backend)
+        if options.backend not in (AUTO, backend.name):
+            raise StateConflict(f"{to_display(family.active)!r} is a sharded {backend.name} filter")
+        meta = {
+            "error_rate": repr(manifest.error_rate),
+            "capacity": str(manifest.capacity * manifest.shards),
+            "expansion": "nonscaling" if manifest.expansion is None else str(manifest.expansion),
+        }
+    elif backends.key_type(client, family.active) != b"none":
         backend = backends.for_key(client, family.active, "active filter")
         if options.backend not in (AUTO, backend.name):
             raise StateConflict(
@@ -215,9 +228,16 @@ def resolve_plan(
 
 
 def verify(
-    client: Any, backend: Backend, key: bytes, items: Iterator[list[bytes]], *, window: int = DEFAULT_WINDOW
+    client: Any,
+    backend: Backend,
+    keys: bytes | list[bytes],
+    items: Iterator[list[bytes]],
+    *,
+    window: int = DEFAULT_WINDOW,
 ) -> int:
-    """Check that every item is in the filter at ``key`` (pipelined MEXISTS). Returns the count checked."""
+    """Check that every item is in its filter (pipelined MEXISTS; with several keys, each item in
+    its shard's). Returns the number checked; raises VerifyFailed on any miss."""
+    targets = [keys] if isinstance(keys, bytes) else keys
     checked, misses, examples = 0, 0, []
     pipe = client.pipeline(transaction=False)
     queued: list[list[bytes]] = []
@@ -225,9 +245,8 @@ def verify(
     def flush() -> None:
         nonlocal checked, misses
         for batch, reply in zip(queued, pipe.execute(), strict=True):
-            flags = backend.parse_flags(reply)
             checked += len(batch)
-            for item, present in zip(batch, flags, strict=True):
+            for item, present in zip(batch, backend.parse_flags(reply), strict=True):
                 if not present:
                     misses += 1
                     if len(examples) < MAX_MISS_EXAMPLES:
@@ -235,20 +254,57 @@ def verify(
         queued.clear()
 
     for batch in items:
-        for start in range(0, len(batch), VERIFY_BATCH):
-            chunk = batch[start : start + VERIFY_BATCH]
-            pipe.execute_command(*backend.mexists_command(client, key, chunk))
-            queued.append(chunk)
-            if len(queued) >= window:
-                flush()
+        groups = [batch] if len(targets) == 1 else sharding.route(batch, len(targets))
+        for key, group in zip(targets, groups, strict=True):
+            for start in range(0, len(group), VERIFY_BATCH):
+                chunk = group[start : start + VERIFY_BATCH]
+                pipe.execute_command(*backend.mexists_command(client, key, chunk))
+                queued.append(chunk)
+                if len(queued) >= window:
+                    flush()
     if queued:
         flush()
     if misses:
+        where = to_display(targets[0]) if len(targets) == 1 else f"the {len(targets)} shard standbys"
         raise VerifyFailed(
-            f"{misses:,} of {checked:,} checked items are missing from {to_display(key)!r} "
+            f"{misses:,} of {checked:,} checked items are missing from {where!r} "
             f"(e.g. {', '.join(repr(e) for e in examples)}): nothing swapped"
         )
     return checked
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The filters a rebuild writes: the key itself, or every member of a sharded filter."""
+
+    members: list[bytes]
+    plan: Plan  # of each member
+    manifest: sharding.Manifest | None = None
+    new_manifest: bool = False  # a first sharded build: write the manifest once the lock is held
+
+    @property
+    def families(self) -> list[KeyFamily]:
+        return [KeyFamily.of(member) for member in self.members]
+
+
+def _targets(client: Any, family: KeyFamily, total: Plan, backend: Backend, options: RebuildOptions) -> Targets:
+    manifest = sharding.read_manifest(client, family.active)
+    if manifest is not None:
+        if options.shards not in (None, manifest.shards):
+            raise UsageError(
+                f"{to_display(family.active)!r} has {manifest.shards} shards; the count never changes "
+                "(build a new sharded filter under another key)"
+            )
+        return Targets(
+            list(manifest.members), backend.check_plan(sharding.shard_plan(total, manifest.shards)), manifest
+        )
+    if options.shards is None:
+        return Targets([family.active], total)
+    if backends.key_type(client, family.active) != b"none":
+        raise StateConflict(f"{to_display(family.active)!r} is a single filter: a sharded filter needs a new key")
+    per_shard = backend.check_plan(sharding.shard_plan(total, options.shards))
+    manifest = sharding.new_manifest(client, family.active, options.shards, per_shard, backend)
+    return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)
 
 
 def rebuild(
@@ -272,23 +328,30 @@ def rebuild(
     if options.verify_all and not source.rewindable:
         raise UsageError("--verify all reads the source twice: give a file, not stdin")
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
+    targets = _targets(client, family, the_plan, backend, options)
+    sharded = targets.manifest is not None
+    standbys = [f.standby for f in targets.families]
     report = RebuildReport(
         key=to_display(family.active),
-        standby=to_display(family.standby),
+        standby=to_display(family.standby) if not sharded else f"{len(standbys)} shard standbys",
         backend=backend.name,
         plan=the_plan,
         counted=counted,
         dry_run=options.dry_run,
+        shards=len(standbys),
     )
+    member_plan = targets.plan
     log(
         f"plan: capacity {the_plan.capacity:,}, error rate {the_plan.error_rate:g}, "
-        f"{'expansion ' + str(the_plan.expansion) if the_plan.scaling else 'nonscaling'}, {backend.name}",
+        f"{'expansion ' + str(the_plan.expansion) if the_plan.scaling else 'nonscaling'}, {backend.name}"
+        + (f", {len(standbys)} shards of {member_plan.capacity:,}" if sharded else ""),
         {
             "phase": "plan",
             "capacity": the_plan.capacity,
             "error_rate": the_plan.error_rate,
             "expansion": the_plan.expansion,
             "backend": backend.name,
+            "shards": len(standbys),
         },
     )
 
@@ -300,18 +363,24 @@ def rebuild(
         return report
 
     with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
-        if backends.key_type(client, family.standby) != b"none":
-            stale = backends.for_key(client, family.standby, "standby")
-            report.replaced_standby = stale.card(client, family.standby)
+        if targets.new_manifest:
+            sharding.write_manifest(client, targets.manifest)
+        replaced = 0
+        for member in targets.families:
+            if backends.key_type(client, member.standby) != b"none":
+                replaced += backends.for_key(client, member.standby, "standby").card(client, member.standby)
+                report.replaced_standby = replaced
+            client.unlink(member.standby, member.standby_meta)
+            if not options.force:
+                lifecycle.check_memory(client, member.standby, backend.size_bytes(member_plan))
+        if report.replaced_standby is not None:
             log(
-                f"replacing the standby {report.standby!r} left by an earlier run ({report.replaced_standby:,} items)",
-                {"phase": "standby", "replaced_items": report.replaced_standby},
+                f"replacing the standby {report.standby!r} left by an earlier run ({replaced:,} items)",
+                {"phase": "standby", "replaced_items": replaced},
             )
-        client.unlink(family.standby, family.standby_meta)
-        if not options.force:
-            lifecycle.check_memory(client, family.standby, backend.size_bytes(the_plan))
-        backend.reserve(client, family.standby, the_plan)
-        client.hset(family.standby_meta, mapping=lifecycle.metadata_for(the_plan, backend.name))
+        for member in targets.families:
+            backend.reserve(client, member.standby, member_plan)
+            client.hset(member.standby_meta, mapping=lifecycle.metadata_for(member_plan, backend.name))
 
         since = source.now() if options.since_column else None
         reservoir = (
@@ -320,11 +389,18 @@ def rebuild(
             else Reservoir(options.verify_sample, random.Random(options.seed))
         )
         log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
-        loader = Loader(client, backend, family.standby, window=options.window, progress=progress)
-        report.load = loader.load(_sampled(source.batches(options.batch_size), reservoir))
+
+        def load(batches: Iterator[list[bytes]], progress_: Progress | None) -> LoadStats:
+            loader = Loader(
+                client, backend, standbys, window=options.window, batch_size=options.batch_size, progress=progress_
+            )
+            return loader.load(_sampled(batches, reservoir))
+
+        report.load = load(source.batches(options.batch_size), progress)
         report.source = source.stats
         if report.source.items == 0:
-            client.unlink(family.standby, family.standby_meta)
+            for member in targets.families:
+                client.unlink(member.standby, member.standby_meta)
             raise SourceError(f"{source.description} yielded no items: refusing to build an empty filter")
         lock.check()
 
@@ -333,9 +409,7 @@ def rebuild(
             moment = since - timedelta(seconds=options.catchup_skew)
             recent = source.since(options.since_column, moment)
             log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
-            report.catchup = Loader(client, backend, family.standby, window=options.window).load(
-                _sampled(recent.batches(options.batch_size), reservoir)
-            )
+            report.catchup = load(recent.batches(options.batch_size), None)
             report.catchup_rows = recent.stats.items
             lock.check()
 
@@ -343,23 +417,27 @@ def rebuild(
             report.verify_mode = "all"
             log("verifying every item against the standby", {"phase": "verify", "mode": "all"})
             report.verified = verify(
-                client, backend, family.standby, source.batches(options.batch_size), window=options.window
+                client, backend, standbys, source.batches(options.batch_size), window=options.window
             )
         elif reservoir is not None:
             log(f"verifying a sample of {len(reservoir.items):,} items", {"phase": "verify", "mode": "sample"})
-            report.verified = verify(client, backend, family.standby, iter([reservoir.items]), window=options.window)
+            report.verified = verify(client, backend, standbys, iter([reservoir.items]), window=options.window)
         else:
             report.verify_mode = "none"
         lock.check()
 
-        state = backend.info(client, family.standby, with_header=False)
-        report.size_bytes = state.size_bytes
+        report.size_bytes = sum(backend.info(client, standby, with_header=False).size_bytes for standby in standbys)
         if options.swap:
-            prepared = lifecycle.prepare_swap(
-                client, server, family.active, min_ratio=options.min_ratio, allow_shrink=options.allow_shrink
-            )
+            # Every member's guards first, then one atomic swap per member.
+            prepared = [
+                lifecycle.prepare_swap(
+                    client, server, member, min_ratio=options.min_ratio, allow_shrink=options.allow_shrink
+                )
+                for member in targets.members
+            ]
             lock.check()
-            report.replaced_active = lifecycle.swap(client, prepared, keep_old_seconds=options.keep_old)
+            replaced_active = [lifecycle.swap(client, p, keep_old_seconds=options.keep_old) for p in prepared]
+            report.replaced_active = any(replaced_active)
             report.swapped = True
             log(f"swapped {report.standby!r} into {report.key!r}", {"phase": "swap"})
     report.seconds = time.perf_counter() - started

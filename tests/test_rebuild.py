@@ -176,10 +176,11 @@ def test_verify_failure_exit_code(target, tmp_path, monkeypatch):
 
     real_verify = rebuild_module.verify
 
-    def sabotaged(client, backend, key, items, **kw):
-        client.unlink(key)
-        target.reserve(key, 10)
-        return real_verify(client, backend, key, items, **kw)
+    def sabotaged(client, backend, keys, items, **kw):
+        for key in [keys] if isinstance(keys, bytes) else keys:
+            client.unlink(key)
+            target.reserve(key, 10)
+        return real_verify(client, backend, keys, items, **kw)
 
     monkeypatch.setattr(rebuild_module, "verify", sabotaged)
     path = write_csv(tmp_path / "u.csv", 300)
