@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bloomctl import backends
+from bloomctl import backends, sharding
 from bloomctl.backends import FilterState
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
@@ -27,8 +27,9 @@ def is_pattern(key: str | bytes) -> bool:
 
 
 def is_companion(key: bytes) -> bool:
-    """Standby and old keys made by bloomctl: they end in a role and always carry a hash tag."""
-    return key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None
+    """Keys reported through another: standby and old keys (they end in a role and always carry a
+    hash tag), and the members of sharded filters (reported through their manifest)."""
+    return (key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None) or sharding.is_member_name(key)
 
 
 def _primaries(client: Any) -> list[Any]:
@@ -44,20 +45,21 @@ def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[byt
     backend's header in one pipeline per SCAN page.
     """
     seen: set[bytes] = set()
+    selectors = [(b.redis_type, b.select) for b in map(backends.get, backends.names())]
+    selectors.append((b"hash", sharding.select_manifests))
     for node in _primaries(client):
-        for name in backends.names():
-            backend = backends.get(name)
+        for redis_type, select in selectors:
             page: list[bytes] = []
-            for key in node.scan_iter(match=pattern, count=count, _type=backend.redis_type):
+            for key in node.scan_iter(match=pattern, count=count, _type=redis_type):
                 page.append(key)
                 if len(page) >= count:
-                    yield from _keep(node, backend, page, seen)
+                    yield from _keep(select(node, page), seen)
                     page = []
-            yield from _keep(node, backend, page, seen)
+            yield from _keep(select(node, page), seen)
 
 
-def _keep(node: Any, backend: backends.Backend, keys: list[bytes], seen: set[bytes]) -> Iterator[bytes]:
-    for key in backend.select(node, keys):
+def _keep(keys: list[bytes], seen: set[bytes]) -> Iterator[bytes]:
+    for key in keys:
         if key not in seen and not is_companion(key):
             seen.add(key)
             yield key
@@ -130,6 +132,9 @@ def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
 
 
 def measure(client: Any, key: bytes, *, exact: bool = False) -> FilterState:
+    manifest = sharding.read_manifest(client, key)
+    if manifest is not None:
+        return sharding.ShardedState.of([measure(client, member, exact=exact) for member in manifest.members])
     backend = backends.for_key(client, key)
     return backend.bit_fill(client, key) if exact else backend.info(client, key)
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bloomctl import __version__, backends
-from bloomctl.backends import Backend
+from bloomctl.backends import Backend, FilterState
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import SLOTS, KeyFamily, crc16, to_bytes, to_display
 from bloomctl.planner import Plan
@@ -201,6 +201,66 @@ def write_manifest(client: Any, manifest: Manifest) -> None:
     if not client.hsetnx(manifest.key, "bloomctl", MANIFEST_MARK.decode()):
         raise StateConflict(f"{to_display(manifest.key)!r} already exists")
     client.hset(manifest.key, mapping=manifest.as_hash())
+
+
+def select_manifests(node: Any, keys: list[bytes]) -> list[bytes]:
+    """Of ``keys`` (hashes), the manifests of sharded filters: one pipeline."""
+    if not keys:
+        return []
+    pipe = node.pipeline(transaction=False)
+    for key in keys:
+        pipe.hget(key, "bloomctl")
+    return [key for key, mark in zip(keys, pipe.execute(), strict=True) if mark == MANIFEST_MARK]
+
+
+@dataclass(frozen=True)
+class ShardedState(FilterState):
+    """The sum of the members' numbers, judged by the worst member (an item lives in one shard)."""
+
+    shard_states: tuple[FilterState, ...] = ()
+
+    @classmethod
+    def of(cls, states: list[FilterState]) -> ShardedState:
+        first = states[0]
+        return cls(
+            backend=first.backend,
+            capacity=sum(s.capacity for s in states),
+            size_bytes=sum(s.size_bytes for s in states),
+            filters=sum(s.filters for s in states),
+            items=sum(s.items for s in states),
+            expansion=first.expansion,
+            shard_states=tuple(states),
+        )
+
+    @property
+    def worst_shard(self) -> int:
+        return max(range(len(self.shard_states)), key=lambda i: self.shard_states[i].fill_ratio)
+
+    @property
+    def reserved_capacity(self) -> int:
+        return sum(s.reserved_capacity for s in self.shard_states)
+
+    @property
+    def fill_ratio(self) -> float:
+        return self.shard_states[self.worst_shard].fill_ratio
+
+    @property
+    def estimated_fpr(self) -> float | None:
+        fprs = [s.estimated_fpr for s in self.shard_states if s.estimated_fpr is not None]
+        return max(fprs) if fprs else None
+
+    @property
+    def exact(self) -> bool:
+        return all(s.exact for s in self.shard_states)
+
+    def as_dict(self) -> dict[str, Any]:
+        data = super().as_dict()
+        data.update(
+            shards=len(self.shard_states),
+            worst_shard=self.worst_shard,
+            shard_fill_ratios=[s.fill_ratio for s in self.shard_states],
+        )
+        return data
 
 
 # --- lifecycle over shards ---------------------------------------------------------------------

@@ -9,7 +9,7 @@ import click
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option, swap_guard_options, yes_option
 from bloomctl.cli.render import emit_json
-from bloomctl.errors import StateConflict
+from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import to_display
 
 
@@ -55,9 +55,36 @@ def swap_command(
       bloomctl swap users --keep-old 3600        # `bloomctl rollback users` within the hour
       bloomctl swap 'bf:{users}' --standby 'bf:{users}:v2' --allow-shrink
     """
-    from bloomctl import lifecycle
+    from bloomctl import lifecycle, sharding
     from bloomctl.lock import FilterLock
 
+    manifest = sharding.read_manifest(app.client, key)
+    if manifest is not None:
+        if standby is not None:
+            raise UsageError("a sharded filter swaps each member with its own standby: leave out --standby")
+        with FilterLock(app.client, key, command="bloomctl swap"):
+            _confirm(f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?", yes)
+            replaced = sharding.swap_sharded(
+                app.client,
+                app.server,
+                manifest,
+                keep_old_seconds=keep_old,
+                min_ratio=min_ratio,
+                allow_shrink=allow_shrink,
+            )
+        if output_format == "json":
+            emit_json(
+                {
+                    "key": to_display(manifest.key),
+                    "swapped": True,
+                    "shards": manifest.shards,
+                    "replaced": replaced,
+                    "keep_old_seconds": keep_old,
+                }
+            )
+        else:
+            click.echo(f"swapped: {to_display(manifest.key)!r}, {manifest.shards} shards, one atomic swap each")
+        return
     # The lock first: while a rebuild writes the standby, say so rather than judge a half-built filter.
     with FilterLock(app.client, key, command="bloomctl swap"):
         prepared = lifecycle.prepare_swap(
@@ -112,18 +139,29 @@ def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -
     Example:
       bloomctl rollback users --yes
     """
-    from bloomctl import lifecycle
+    from bloomctl import lifecycle, sharding
     from bloomctl.keys import KeyFamily
     from bloomctl.lock import FilterLock
 
     family = KeyFamily.of(key)
     name = to_display(family.active)
+    manifest = sharding.read_manifest(app.client, key)
     with FilterLock(app.client, key, command="bloomctl rollback"):
-        _confirm(f"Roll {name!r} back to {to_display(family.old)!r}?", yes)
-        lifecycle.rollback(app.client, key)
+        if manifest is not None:
+            _confirm(f"Roll the {manifest.shards} shards of {name!r} back?", yes)
+            sharding.rollback_sharded(app.client, manifest)
+        else:
+            _confirm(f"Roll {name!r} back to {to_display(family.old)!r}?", yes)
+            lifecycle.rollback(app.client, key)
+    standby = f"each shard's standby ({manifest.shards})" if manifest else repr(to_display(family.standby))
     if output_format == "json":
-        emit_json({"key": name, "rolled_back": True, "standby": to_display(family.standby)})
-    else:
-        click.echo(
-            f"rolled back: {name!r} holds the previous filter again; the replaced one is now {to_display(family.standby)!r}"
+        emit_json(
+            {
+                "key": name,
+                "rolled_back": True,
+                "shards": manifest.shards if manifest else None,
+                "standby": None if manifest else to_display(family.standby),
+            }
         )
+    else:
+        click.echo(f"rolled back: {name!r} holds the previous filter again; the replaced one is now {standby}")

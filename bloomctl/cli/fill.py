@@ -72,7 +72,10 @@ def text_line(r: FillReport) -> str:
         f"filters={s.filters}",
         f"fpr={fmt_rate(s.estimated_fpr)}",
     ]
-    if s.exact:
+    shard_states = getattr(s, "shard_states", ())
+    if shard_states:
+        parts.append(f"shards={len(shard_states)} worst_shard={s.worst_shard}")
+    elif s.exact:
         parts.append("bit_fill=" + ",".join(f"{sub.bit_fill:.4f}" for sub in s.subfilters))
     if r.reasons:
         parts.append("(" + "; ".join(r.reasons) + ")")

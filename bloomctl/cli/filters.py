@@ -21,6 +21,11 @@ from bloomctl.keys import to_display
     "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
 )
 @click.option("--force", is_flag=True, help="Create the filter even if it is bigger than the server's free memory.")
+@click.option(
+    "--shards",
+    type=click.IntRange(1, 1024),
+    help="Create a sharded filter: N member filters on different slots (and nodes), CAPACITY split between them.",
+)
 @backend_option
 @format_option("table", "json")
 @click.pass_obj
@@ -34,6 +39,7 @@ def reserve_command(
     dry_run: bool,
     if_not_exists: bool,
     force: bool,
+    shards: int | None,
     backend: str,
     output_format: str,
 ) -> None:
@@ -50,12 +56,17 @@ def reserve_command(
       bloomctl reserve 'bf:{users}' -c 1M -e 1% --nonscaling --if-not-exists
       bloomctl reserve users -c 10M -e 0.001 --dry-run
       bloomctl reserve users -c 1M -e 1% --backend bitmap
+      bloomctl reserve users -c 3G -e 0.1% --shards 8
     """
     from bloomctl import backends, lifecycle
     from bloomctl.planner import plan as make_plan
 
     chosen = backends.choose(app.server, backend)
-    the_plan = chosen.check_plan(make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, chosen.name)))
+    the_plan = make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, chosen.name))
+    if shards is not None:
+        reserve_sharded(app, key, the_plan, shards, chosen.name, force, dry_run, if_not_exists, output_format)
+        return
+    the_plan = chosen.check_plan(the_plan)
     if dry_run:  # every check of the real run, then nothing created
         result = lifecycle.reserve(
             app.client,
@@ -100,6 +111,58 @@ def reserve_command(
         click.echo(f"{key!r} already exists with these parameters: nothing to do")
 
 
+def reserve_sharded(
+    app: AppContext,
+    key: str,
+    total: Any,
+    shards: int,
+    backend: str,
+    force: bool,
+    dry_run: bool,
+    if_not_exists: bool,
+    output_format: str,
+) -> None:
+    from bloomctl import sharding
+
+    if if_not_exists:
+        existing = sharding.read_manifest(app.client, key)
+        if existing is not None and existing.shards == shards and existing.backend == backend:
+            click.echo(f"{to_display(existing.key)!r} already exists with {shards} shards: nothing to do")
+            return
+    manifest, states = sharding.reserve_sharded(
+        app.client, app.server, key, total, shards, backend=backend, force=force, dry_run=dry_run
+    )
+    data = {
+        "manifest": manifest.as_dict(),
+        "dry_run": dry_run,
+        "created": not dry_run,
+        "shards": [state.as_dict() for state in states],
+    }
+    if output_format == "json":
+        emit_json(data)
+        return
+    emit_table(
+        f"Sharded filter {to_display(manifest.key)}: {shards} shards of {manifest.capacity:,}",
+        ["#", "member", "node", "bytes"],
+        [
+            (i, to_display(m), _node_of(app.client, m), f"{states[i].size_bytes:,}" if states else "-")
+            for i, m in enumerate(manifest.members)
+        ],
+    )
+    note(
+        "dry run: nothing created"
+        if dry_run
+        else f"created the manifest {to_display(manifest.key)!r} and {shards} members"
+    )
+
+
+def _node_of(client: Any, key: bytes) -> str:
+    if hasattr(client, "get_node_from_key"):
+        node = client.get_node_from_key(key)
+        return f"{node.host}:{node.port}"
+    return "-"
+
+
 def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("key", data["key"]),
@@ -138,8 +201,12 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
       bloomctl info 'bf:{users}' --format json | jq .fill_ratio
       bloomctl info users --exact
     """
-    from bloomctl import lifecycle
+    from bloomctl import lifecycle, sharding
 
+    manifest = sharding.read_manifest(app.client, key)
+    if manifest is not None:
+        render_sharded(sharding.describe_sharded(app.client, manifest, exact=exact).as_dict(), output_format)
+        return
     description = lifecycle.describe(app.client, key, exact=exact)
     data = description.as_dict()
     if output_format == "json":
@@ -166,3 +233,44 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
         )
         if not data["exact"]:
             note("* expected bit fill from the item count; --exact measures it")
+
+
+def render_sharded(data: dict[str, Any], output_format: str) -> None:
+    if output_format == "json":
+        emit_json(data)
+        return
+    manifest = data["manifest"]
+    emit_pairs(
+        f"Sharded filter {data['key']}",
+        [
+            ("backend", data["backend"]),
+            ("shards", f"{data['shards']} (routing: crc32(item) mod {data['shards']})"),
+            ("reserved capacity", f"{data['reserved_capacity']:,}"),
+            ("items", f"{data['items']:,}"),
+            ("fill ratio (worst shard)", f"{data['fill_ratio']:.2%}  (shard {data['worst_shard']})"),
+            ("estimated FPR now (worst shard)", fmt_rate(data["estimated_fpr"])),
+            ("size", f"{data['size_bytes']:,} bytes  ({human_bytes(data['size_bytes'])})"),
+            ("created", f"{manifest['created_at']} by {manifest['created_by']}"),
+            ("missing members", ", ".join(data["missing_members"]) or "none"),
+        ],
+    )
+    emit_table(
+        "Shards",
+        ["#", "member", "node", "items", "fill", "est. FPR", "bytes", "standby", "old"],
+        [
+            (
+                i,
+                m["key"],
+                m["node"] or "-",
+                f"{m['items']:,}",
+                f"{m['fill_ratio']:.2%}",
+                fmt_rate(m["estimated_fpr"]),
+                f"{m['size_bytes']:,}",
+                "yes" if m["companions"]["standby"]["exists"] else "no",
+                "yes" if m["companions"]["old"]["exists"] else "no",
+            )
+            if m is not None
+            else (i, data["manifest"]["members"][i], "-", "missing", "-", "-", "-", "-", "-")
+            for i, m in enumerate(data["members"])
+        ],
+    )

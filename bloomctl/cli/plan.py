@@ -101,6 +101,13 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
     show_default=True,
     help="Size for RedisBloom (BF.RESERVE) or for the module-free bitmap backend (always NONSCALING).",
 )
+@click.option("--shards", type=click.IntRange(1, 1024), help="Split the capacity over N member filters.")
+@click.option(
+    "--max-shard-memory",
+    metavar="BYTES",
+    callback=_parse_capacity,
+    help="Suggest the number of shards so that no member needs more memory than this (e.g. 512M, 2G).",
+)
 @format_option("table", "json")
 def plan_command(
     capacity: int,
@@ -109,6 +116,8 @@ def plan_command(
     nonscaling: bool,
     items: int | None,
     backend: str,
+    shards: int | None,
+    max_shard_memory: int | None,
     output_format: str,
 ) -> None:
     """Predict what RedisBloom allocates for a filter, to the byte. Needs no server.
@@ -124,6 +133,66 @@ def plan_command(
       bloomctl plan -c 10M -e 0.001 --items 50M --format json
       bloomctl plan -c 1e6 -e 0.01 --nonscaling --items 900k
       bloomctl plan -c 1M -e 1% --backend bitmap
+      bloomctl plan -c 2G -e 0.1% --max-shard-memory 512M
     """
     the_plan = plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, backend), items)
-    render_plan(the_plan, output_format, backend)
+    if shards is None and max_shard_memory is None:
+        render_plan(the_plan, output_format, backend)
+        return
+    render_shards(the_plan, backend, shards, max_shard_memory, output_format)
+
+
+def render_shards(
+    total: Plan, backend: str, shards: int | None, max_shard_memory: int | None, output_format: str
+) -> None:
+    """Per-shard and total memory of a sharded filter; with --max-shard-memory, the suggested shard count."""
+    from bloomctl.backends import get
+    from bloomctl.sharding import shard_plan, suggest_shards
+
+    size_of = get(backend).size_bytes
+    suggested = None
+    if max_shard_memory is not None:
+        suggested = suggest_shards(size_of(total), max_shard_memory)
+        while suggested < 1024 and size_of(shard_plan(total, suggested)) > max_shard_memory:
+            suggested += 1  # per-shard overhead and rounding can need one more
+        shards = shards or suggested
+    assert shards is not None
+    member = shard_plan(total, shards)
+    member_bytes = size_of(member)
+    data = {
+        "backend": backend,
+        "shards": shards,
+        "suggested_shards": suggested,
+        "max_shard_memory": max_shard_memory,
+        "capacity": total.capacity,
+        "error_rate": total.error_rate,
+        "capacity_per_shard": member.capacity,
+        "shard_bytes": member_bytes,
+        "total_bytes": member_bytes * shards,
+        "single_filter_bytes": size_of(total),
+        "shard": plan_data(member, backend),
+    }
+    if max_shard_memory is not None and member_bytes > max_shard_memory:
+        warn(f"{shards} shards of {member_bytes:,} bytes exceed --max-shard-memory {max_shard_memory:,}")
+    if output_format == "json":
+        emit_json(data)
+        return
+    emit_pairs(
+        "Sharded plan",
+        [
+            (
+                "shards",
+                f"{shards}"
+                + (
+                    f"  (suggested for --max-shard-memory {human_bytes(max_shard_memory)})"
+                    if suggested == shards and max_shard_memory
+                    else ""
+                ),
+            ),
+            ("capacity", f"{total.capacity:,} in all, {member.capacity:,} per shard"),
+            ("error rate", fmt_rate(total.error_rate) + " (every shard; an item is looked up in one)"),
+            ("memory per shard", f"{member_bytes:,}  ({human_bytes(member_bytes)})"),
+            ("memory in all", f"{member_bytes * shards:,}  ({human_bytes(member_bytes * shards)})"),
+            ("one unsharded filter", f"{size_of(total):,}  ({human_bytes(size_of(total))})"),
+        ],
+    )

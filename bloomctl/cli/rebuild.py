@@ -154,6 +154,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
+@click.option("--shards", type=click.IntRange(1, 1024), help="First build of a sharded filter with N members.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Log lines on stderr."
@@ -191,6 +192,7 @@ def rebuild_command(
     allow_shrink: bool,
     dry_run: bool,
     force: bool,
+    shards: int | None,
     quiet: bool,
     log_format: str,
     output_format: str,
@@ -207,6 +209,7 @@ def rebuild_command(
     \b
     Examples:
       bloomctl rebuild users --from-csv users.csv.gz --column user_id --prefix user: --swap
+      bloomctl rebuild big --from-csv ids.csv --capacity auto -e 0.1% --shards 6 --swap
       bloomctl rebuild users --from-sql 'SELECT id FROM users' --capacity auto --error-rate 0.1% --swap
       BLOOMCTL_DB_URL=postgresql://app@db/prod bloomctl rebuild users \\
           --from-sql 'SELECT id, updated_at FROM users' --since-column updated_at --swap --keep-old 3600
@@ -246,6 +249,7 @@ def rebuild_command(
         allow_shrink=allow_shrink,
         dry_run=dry_run,
         force=force,
+        shards=shards,
     )
     reporter = Reporter(quiet, log_format)
     try:

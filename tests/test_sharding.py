@@ -1,0 +1,218 @@
+"""Sharded filters on real servers: routing vectors, placement over masters, lifecycle, API vs loader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bloomctl import backends
+from bloomctl.keys import KeyFamily
+from bloomctl.loader import node_client
+from bloomctl.sharding import ShardedFilter, is_member_name, open_filter, read_manifest, shard_of
+from tests.hammer import Hammer
+
+# The README's routing test vectors: shard = CRC-32 (zlib / IEEE 802.3) of the item's bytes, mod N.
+VECTORS = [
+    (b"", 0, {3: 0, 16: 0}),
+    (b"a", 3904355907, {3: 0, 16: 3}),
+    (b"user:42", 1684999558, {3: 1, 16: 6}),
+    (b"hello world", 222957957, {3: 0, 16: 5}),
+    ("日本".encode(), 3350711756, {3: 2, 16: 12}),
+    (b"\x00\xff", 1826356594, {3: 1, 16: 2}),
+]
+
+
+@pytest.mark.parametrize(("item", "crc", "shards"), VECTORS)
+def test_routing_vectors(item, crc, shards):
+    import zlib
+
+    assert zlib.crc32(item) == crc
+    for n, expected in shards.items():
+        assert shard_of(item, n) == expected
+
+
+def test_readme_lists_the_vectors():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    for item, crc, shards in VECTORS:
+        assert f"| {crc} | {shards[3]} | {shards[16]} |" in readme, item
+
+
+def test_member_names_are_recognised():
+    assert is_member_name(b"{1a2b}:users:shard:3")
+    assert not is_member_name(b"{users}:standby")
+    assert not is_member_name(b"users")
+
+
+def write_csv(path, n: int) -> str:
+    path.write_text("id\n" + "".join(f"user:{i}\n" for i in range(n)))
+    return str(path)
+
+
+def test_reserve_sharded_spreads_members(target):
+    args = ["-c", "30000", "-e", "1%", "--backend", target.backend.name, "--shards", "6", "--format", "json"]
+    if target.backend.name == "bitmap":
+        args.append("--nonscaling")
+    result = target.cli("reserve", "users", *args)
+    assert result.exit_code == 0, result.stderr
+    manifest = read_manifest(target.client, "users")
+    assert manifest.shards == 6 and manifest.capacity == 5000 and manifest.backend == target.backend.name
+    assert len({KeyFamily.of(m).slot for m in manifest.members}) == 6
+    if target.cluster:  # round-robin over the three masters: two members each
+        owners = [node_client(target.client, m).connection_pool.connection_kwargs["port"] for m in manifest.members]
+        assert len(set(owners)) == 3 and all(owners.count(p) == 2 for p in set(owners))
+    for member in manifest.members:
+        assert backends.for_key(target.client, member) is target.backend
+    again = target.cli("reserve", "users", *args)
+    assert again.exit_code == 5
+    info = json.loads(target.cli("info", "users", "--format", "json").stdout)
+    assert info["sharded"] and info["shards"] == 6 and info["reserved_capacity"] == 30000
+    assert info["missing_members"] == []
+
+
+def test_sharded_rebuild_swap_rollback_and_fill_ratio(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 12_000)
+    first = target.cli(
+        "rebuild",
+        "users",
+        "--from-csv",
+        path,
+        "-e",
+        "1%",
+        "--shards",
+        "3",
+        "--swap",
+        "--backend",
+        target.backend.name,
+        "--format",
+        "json",
+    )
+    assert first.exit_code == 0, first.stderr
+    data = json.loads(first.stdout)
+    assert data["shards"] == 3 and data["swapped"] and data["verified"] == 10_000
+    filt = ShardedFilter(target.client, "users")
+    assert all(filt.mexists([f"user:{i}" for i in range(0, 12_000, 3)]))
+    per_shard = [target.backend.card(target.client, m) for m in filt.manifest.members]
+    assert sum(per_shard) >= 11_990 and min(per_shard) > 3000  # crc32 spreads the items evenly
+
+    # a second rebuild keeps the shard count, keeps the old members for rollback
+    more = write_csv(tmp_path / "v.csv", 15_000)
+    second = target.cli("rebuild", "users", "--from-csv", more, "--swap", "--keep-old", "300")
+    assert second.exit_code == 0, second.stderr
+    assert filt.exists("user:14999")
+    wrong = target.cli("rebuild", "users", "--from-csv", more, "--shards", "4")
+    assert wrong.exit_code == 2 and "never changes" in wrong.stderr
+    assert target.cli("rollback", "users", "--yes").exit_code == 0
+    assert [target.backend.card(target.client, m) for m in filt.manifest.members] == per_shard  # the first build
+    assert all(filt.mexists([f"user:{i}" for i in range(0, 12_000, 7)]))
+
+    report = target.cli("fill-ratio", "*", "--format", "json")
+    keys = [f["key"] for f in json.loads(report.stdout)["filters"]]
+    assert keys == ["users"]  # members and companions are reported through the manifest only
+    assert json.loads(report.stdout)["filters"][0]["shards"] == 3
+
+
+def test_api_agrees_with_the_cli_loader_bit_for_bit(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 6000)
+    extra = ["--nonscaling"] if target.backend.name == "bitmap" else []
+    assert (
+        target.cli(
+            "rebuild",
+            "a",
+            "--from-csv",
+            path,
+            "-c",
+            "20000",
+            "-e",
+            "1%",
+            "--shards",
+            "3",
+            "--swap",
+            "--backend",
+            target.backend.name,
+            *extra,
+        ).exit_code
+        == 0
+    )
+    assert (
+        target.cli(
+            "reserve", "b", "-c", "20000", "-e", "1%", "--shards", "3", "--backend", target.backend.name, *extra
+        ).exit_code
+        == 0
+    )
+    api = ShardedFilter(target.client, "b")
+    items = [f"user:{i}" for i in range(6000)]
+    for start in range(0, len(items), 700):
+        api.madd(items[start : start + 700])
+    a, b = read_manifest(target.client, "a"), read_manifest(target.client, "b")
+    for member_a, member_b in zip(a.members, b.members, strict=True):
+        assert _bits(target, member_a) == _bits(target, member_b)
+    assert api.mexists(items[:50]) == [True] * 50
+    assert isinstance(open_filter(target.client, "b"), ShardedFilter)
+
+
+def _bits(target, key: bytes) -> bytes:
+    """The bit arrays of a filter, whichever backend."""
+    if target.backend.name == "bitmap":
+        return target.client.get(key)[64:]
+    chunks, cursor = [], 1
+    while True:
+        cursor, chunk = target.client.execute_command("BF.SCANDUMP", key, cursor)
+        if cursor == 0:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def test_readers_see_no_false_negative_during_a_sharded_cutover(target, tmp_path):
+    from bloomctl.connection import connect, settings_from
+
+    path = write_csv(tmp_path / "u.csv", 5000)
+    args = ["--from-csv", path, "-e", "1%", "--swap", "--quiet"]
+    assert target.cli("rebuild", "users", *args, "--shards", "3", "--backend", target.backend.name).exit_code == 0
+    reader = ShardedFilter(connect(settings_from(target.url)), "users")
+    known = [f"user:{i}" for i in range(0, 5000, 97)]
+    with Hammer(reader, lambda f: f.mexists(known), lambda answer: all(answer)) as hammer:
+        for _ in range(4):
+            assert target.cli("rebuild", "users", *args).exit_code == 0
+    assert hammer.calls > 4 and hammer.bad == []
+
+
+def test_sharded_swap_needs_every_standby(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 900)
+    assert (
+        target.cli(
+            "rebuild",
+            "users",
+            "--from-csv",
+            path,
+            "-e",
+            "1%",
+            "--shards",
+            "3",
+            "--swap",
+            "--backend",
+            target.backend.name,
+        ).exit_code
+        == 0
+    )
+    assert target.cli("rebuild", "users", "--from-csv", path).exit_code == 0  # standbys only
+    manifest = read_manifest(target.client, "users")
+    target.client.unlink(KeyFamily.of(manifest.members[1]).standby)
+    result = target.cli("swap", "users", "--yes")
+    assert result.exit_code == 5 and "does not exist" in result.stderr
+    # nothing moved: shard 0 still has its standby (guards run before the first swap)
+    assert target.client.exists(KeyFamily.of(manifest.members[0]).standby)
+    with_standby = target.cli("swap", "users", "--standby", "x", "--yes")
+    assert with_standby.exit_code == 2
+
+
+def test_plan_shards(cli):
+    result = cli("plan", "-c", "3M", "-e", "1%", "--shards", "3", "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["capacity_per_shard"] == 1_000_000 and data["shard_bytes"] == 1_378_568
+    assert data["total_bytes"] == 3 * 1_378_568
+    suggested = json.loads(cli("plan", "-c", "3M", "-e", "1%", "--max-shard-memory", "1M", "--format", "json").stdout)
+    assert suggested["suggested_shards"] == suggested["shards"] == 5
+    assert suggested["shard_bytes"] <= 1_000_000
