@@ -182,7 +182,7 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
     if urlsplit(settings.url).scheme.lower() == "unix":
         raise UsageError("a Redis Cluster is reached over TCP: use a redis:// or rediss:// URL with --cluster")
     client = RedisCluster.from_url(settings.url, **kwargs)
-    client.ping(target_nodes=RedisCluster.ALL_NODES)
+    client.ping(target_nodes=RedisCluster.DEFAULT_NODE)  # not ALL_NODES: a failed replica must not stop us
     return client
 
 

@@ -8,6 +8,7 @@ itself after ``ttl``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -97,10 +98,13 @@ class FilterLock:
             raise StateConflict(f"lost the lock on {to_display(self.family.active)!r} (it expired): nothing swapped")
 
     def release(self) -> None:
+        """Best effort: a lock that cannot be released now (the node is gone) expires by itself, and
+        an error here must not hide the one that ended the work."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5)
-        self.client.register_script(RELEASE_LUA)(keys=[self.lock_key], args=[self.token])
+        with contextlib.suppress(Exception):
+            self.client.register_script(RELEASE_LUA)(keys=[self.lock_key], args=[self.token])
 
     def __enter__(self) -> FilterLock:
         self.acquire()
