@@ -55,8 +55,13 @@ def test_a_master_dies_during_a_rebuild(replicated, tmp_path):
     url = replicated.url
     client = connect(settings_from(url))
     server = detect(client)
-    first = rebuild(client, server, "users", CsvSource(str(path)), RebuildOptions(capacity=50_000, error_rate=0.01,
-                                                                                      nonscaling=True, swap=True))
+    first = rebuild(
+        client,
+        server,
+        "users",
+        CsvSource(str(path)),
+        RebuildOptions(capacity=50_000, error_rate=0.01, nonscaling=True, swap=True),
+    )
     assert first.swapped
     owner = client.get_node_from_key(b"users")
     client.get_redis_connection(owner).execute_command("WAIT", 1, 5000)  # the replica has the active filter
