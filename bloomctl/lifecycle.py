@@ -14,13 +14,11 @@ from typing import Any
 
 from bloomctl import __version__, backends
 from bloomctl.backends import AUTO, Backend, FilterState
+from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
-
-DEFAULT_MIN_RATIO = 0.5
-
 
 # --- metadata -------------------------------------------------------------------------------
 
@@ -250,9 +248,6 @@ def standby_meta_key(family: KeyFamily, standby: bytes) -> bytes:
 def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
     """The six keys of a swap, in the order SWAP_LUA and ROLLBACK_LUA expect."""
     return [family.active, standby, family.old, family.meta, standby_meta_key(family, standby), family.old_meta]
-
-
-MAX_KEEP_OLD_SECONDS = 10 * 365 * 24 * 3600
 
 
 def to_keep_ms(seconds: float) -> int:

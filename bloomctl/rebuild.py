@@ -18,6 +18,7 @@ from typing import Any
 
 from bloomctl import backends, lifecycle, sharding
 from bloomctl.backends import AUTO, Backend
+from bloomctl.defaults import DEFAULT_MIN_RATIO
 from bloomctl.errors import SourceError, StateConflict, UsageError, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.loader import DEFAULT_BATCH_SIZE, DEFAULT_WINDOW, Loader, LoadStats, Progress
@@ -51,7 +52,7 @@ class RebuildOptions:
     catchup_skew: float = DEFAULT_CATCHUP_SKEW
     swap: bool = False
     keep_old: float = 0.0
-    min_ratio: float = lifecycle.DEFAULT_MIN_RATIO
+    min_ratio: float = DEFAULT_MIN_RATIO
     allow_shrink: bool = False
     dry_run: bool = False
     force: bool = False  # skip the free-memory check

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.render import emit_json, fmt_rate
 from bloomctl.errors import ExitCode
-from bloomctl.fill import MISSING, OVER, FillReport, Thresholds
 from bloomctl.keys import to_display
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bloomctl.fill import FillReport
+
+OVER, MISSING = "over", "missing"  # bloomctl.fill's statuses; that module loads lazily (start-up time)
 
 PROMETHEUS_METRICS = (
     ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r: r.state.fill_ratio),
@@ -129,7 +135,7 @@ def fill_ratio_command(
       bloomctl fill-ratio 'bf:*' --warn 0.7 --max 0.9 --format json
       bloomctl fill-ratio 'bf:*' --exact --format prometheus > /var/lib/node_exporter/bloom.prom
     """
-    from bloomctl.fill import fill_ratio
+    from bloomctl.fill import Thresholds, fill_ratio
 
     limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
     reports = fill_ratio(app.client, list(keys), limits, exact=exact)

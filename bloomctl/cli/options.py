@@ -117,7 +117,7 @@ def backend_option(f: F) -> F:
 
 def swap_guard_options(f: F) -> F:
     """--keep-old, --min-ratio, --allow-shrink: how a swap treats the replaced filter, and its shrink guard."""
-    from bloomctl.lifecycle import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
+    from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
 
     f = click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")(f)
     f = click.option(
