@@ -59,25 +59,36 @@ def plan_matches(plan: Plan, state: FilterState) -> bool:
 
 
 def check_memory(client: Any, key: bytes, size: int) -> None:
-    """Refuse a filter bigger than the memory its node has left (maxmemory, else the machine's).
+    """Refuse a filter bigger than the memory its node has left (maxmemory, else the machine's)."""
+    check_memory_many(client, [(key, size)])
 
-    Redis would otherwise start evicting keys or get killed by the OOM killer. Skipped when the
-    server does not tell (an ACL user without INFO, a managed service hiding it).
+
+def check_memory_many(client: Any, planned: list[tuple[bytes, int]]) -> None:
+    """Refuse new filters whose sizes, added up per node, exceed what each node has left.
+
+    Redis would otherwise start evicting keys or get killed by the OOM killer. Skipped for a node
+    that does not tell (an ACL user without INFO, a managed service hiding it).
     """
     from bloomctl.loader import node_client
 
-    try:
-        memory = node_client(client, key).info("memory")
-    except Exception:  # no permission, or a server without these fields: nothing to compare
-        return
-    used = int(memory.get("used_memory", 0))
-    limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
-    if limit and size > limit - used:
-        source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
-        raise StateConflict(
-            f"the filter needs {size:,} bytes but the server has {max(limit - used, 0):,} left ({source} "
-            f"{limit:,}, used {used:,}): lower --capacity or raise --error-rate, or pass --force"
-        )
+    per_node: dict[int, tuple[Any, int]] = {}
+    for key, size in planned:
+        node = node_client(client, key)
+        _, total = per_node.get(id(node), (node, 0))
+        per_node[id(node)] = (node, total + size)
+    for node, size in per_node.values():
+        try:
+            memory = node.info("memory")
+        except Exception:  # no permission, or a server without these fields: nothing to compare
+            continue
+        used = int(memory.get("used_memory", 0))
+        limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
+        if limit and size > limit - used:
+            source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
+            raise StateConflict(
+                f"the new filter(s) need {size:,} bytes on one node but it has {max(limit - used, 0):,} left "
+                f"({source} {limit:,}, used {used:,}): lower --capacity or raise --error-rate, or pass --force"
+            )
 
 
 def reserve(
@@ -119,6 +130,10 @@ def reserve(
     client.delete(family.meta)
     client.hset(family.meta, mapping=metadata_for(plan, chosen.name))
     return ReserveResult(created=True, state=chosen.info(client, family.active))
+
+
+# A rebuild marks its standby: "loading" until verified, "failed" when verification found a miss.
+UNFINISHED = ("loading", "failed")
 
 
 # --- inspect --------------------------------------------------------------------------------
@@ -177,9 +192,9 @@ def describe(client: Any, key: str | bytes, *, exact: bool = False) -> Descripti
 
 # --- swap and rollback ----------------------------------------------------------------------
 
-# KEYS: active, standby, old, active meta, standby meta, old meta.
+# KEYS: active, standby, old, active meta, standby meta, old meta, lock.
 # ARGV: milliseconds to keep the old filter (0: unlink it now), the Redis type the standby must have,
-# and the bytes its value must start with ('' for none).
+# the bytes its value must start with ('' for none), and the token the lock must hold ('' for no check).
 # UNLINK before RENAME: RENAME onto an existing key frees it synchronously and blocks the server.
 SWAP_LUA = """
 -- Every check before the first write: a Lua error part-way would leave a half-done swap.
@@ -187,11 +202,17 @@ local keep = tonumber(ARGV[1])
 if not keep or keep < 0 or keep ~= math.floor(keep) then
   return redis.error_reply('BLOOMCTL keep-old must be a whole number of milliseconds')
 end
-for i = 1, 6 do
-  for j = i + 1, 6 do
+for i = 1, 7 do
+  for j = i + 1, 7 do
     if KEYS[i] == KEYS[j] then
       return redis.error_reply('BLOOMCTL the standby must not be the active filter or one of its companions')
     end
+  end
+end
+if ARGV[4] ~= '' then
+  local lock = redis.call('GET', KEYS[7])
+  if not lock or not string.find(lock, ARGV[4], 1, true) then
+    return redis.error_reply('BLOOMCTL lost the lock (it expired): nothing swapped')
   end
 end
 if redis.call('TYPE', KEYS[2])['ok'] ~= ARGV[2] then
@@ -277,10 +298,11 @@ def atomic_swap(
     keep_old_ms: int = 0,
     standby_type: bytes = b"MBbloom--",
     standby_magic: bytes = b"",
+    lock_token: str = "",
 ) -> bool:
     """Move standby -> active and active -> old in one atomic step. True when an active filter was replaced."""
-    keys = _family_keys(family, standby or family.standby)
-    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type, standby_magic]))
+    keys = [*_family_keys(family, standby or family.standby), family.lock]
+    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type, standby_magic, lock_token]))
 
 
 def atomic_rollback(client: Any, family: KeyFamily) -> None:
@@ -331,6 +353,12 @@ def prepare_swap(
             f"slot {family.slot}: on a cluster both must share a hash tag (default standby: {to_display(family.standby)!r})"
         )
     backend = backends.for_key(client, standby_key, "standby")
+    state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
+    if state in UNFINISHED:
+        raise StateConflict(
+            f"the standby {to_display(standby_key)!r} is from a rebuild that did not finish ({state}): "
+            "run the rebuild again"
+        )
     standby_state = _counted(backend, client, standby_key)
     active_state = None
     if backends.key_type(client, family.active) != b"none":
@@ -351,7 +379,8 @@ def prepare_swap(
     return result
 
 
-def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0) -> bool:
+def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0, lock_token: str = "") -> bool:
+    """The atomic swap; with ``lock_token``, the script also checks that the filter's lock is still ours."""
     return atomic_swap(
         client,
         prepared.family,
@@ -359,6 +388,7 @@ def swap(client: Any, prepared: SwapPlan, *, keep_old_seconds: float = 0) -> boo
         keep_old_ms=to_keep_ms(keep_old_seconds),
         standby_type=prepared.backend.redis_type,
         standby_magic=prepared.backend.magic,
+        lock_token=lock_token,
     )
 
 

@@ -93,9 +93,17 @@ class FilterLock:
                 continue
 
     def check(self) -> None:
-        """Raise when the lock was lost (expired and maybe taken): the caller must not swap."""
+        """Raise when the renewal thread found the lock lost (expired, maybe taken): the caller must stop."""
         if self.lost.is_set():
             raise StateConflict(f"lost the lock on {to_display(self.family.active)!r} (it expired): nothing swapped")
+
+    def check_held(self) -> None:
+        """Ask the server now (not the renewal thread's last look) whether the lock is still ours."""
+        self.check()
+        value = self.client.get(self.lock_key)
+        if value is None or self.token.encode() not in value:
+            self.lost.set()
+            self.check()
 
     def release(self) -> None:
         """Best effort: a lock that cannot be released now (the node is gone) expires by itself, and

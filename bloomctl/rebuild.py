@@ -30,6 +30,8 @@ from bloomctl.sources import CsvSource, SourceStats, SqlSource
 DEFAULT_HEADROOM = 2.0
 DEFAULT_VERIFY_SAMPLE = 10_000
 DEFAULT_CATCHUP_SKEW = 60.0
+MAX_CATCHUP_SKEW = 7 * 24 * 3600.0
+MAX_HEADROOM = 1000.0
 VERIFY_BATCH = 1000
 MAX_MISS_EXAMPLES = 5
 
@@ -172,10 +174,15 @@ def resolve_plan(
         backend = backends.get(manifest.backend)
         if options.backend not in (AUTO, backend.name):
             raise StateConflict(f"{to_display(family.active)!r} is a sharded {backend.name} filter")
+        # The members' own metadata hold the current parameters (a rebuild may have changed them);
+        # the manifest's are the ones the filter was created with.
+        member = lifecycle.read_metadata(client, KeyFamily.of(manifest.members[0]).meta)
         meta = {
-            "error_rate": repr(manifest.error_rate),
-            "capacity": str(manifest.capacity * manifest.shards),
-            "expansion": "nonscaling" if manifest.expansion is None else str(manifest.expansion),
+            "error_rate": member.get("error_rate", repr(manifest.error_rate)),
+            "capacity": str(int(member.get("capacity", manifest.capacity)) * manifest.shards),
+            "expansion": member.get(
+                "expansion", "nonscaling" if manifest.expansion is None else str(manifest.expansion)
+            ),
         }
     elif backends.key_type(client, family.active) != b"none":
         backend = backends.for_key(client, family.active, "active filter")
@@ -213,8 +220,6 @@ def resolve_plan(
     if capacity is None:
         capacity = int(meta["capacity"]) if "capacity" in meta else "auto"
     if capacity == "auto":
-        if options.headroom < 1:
-            raise UsageError(f"--headroom must be at least 1, got {options.headroom}")
         events("counting the source for --capacity auto", {"phase": "count"})
         counted = source.count()
         capacity = max(math.ceil(counted * options.headroom), 1)
@@ -324,10 +329,15 @@ def rebuild(
     if options.batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {options.batch_size}")
     lifecycle.to_keep_ms(options.keep_old)  # validated before anything is written
-    if options.since_column and not isinstance(source, SqlSource):
-        raise UsageError("--since-column needs a SQL source")
+    if options.since_column:
+        if not isinstance(source, SqlSource):
+            raise UsageError("--since-column needs a SQL source")
+        SqlSource.check_column_name(options.since_column)
+    if not 0 <= options.catchup_skew <= MAX_CATCHUP_SKEW or not 1 <= options.headroom <= MAX_HEADROOM:
+        raise UsageError(f"--catchup-skew must be 0-{MAX_CATCHUP_SKEW:.0f} s and --headroom 1-{MAX_HEADROOM:.0f}")
     if options.verify_all and not source.rewindable:
         raise UsageError("--verify all reads the source twice: give a file, not stdin")
+    source.preflight()  # a wrong column, template or URL fails here, before anything is written
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
     targets = _targets(client, family, the_plan, backend, options)
     sharded = targets.manifest is not None
@@ -363,25 +373,31 @@ def rebuild(
         report.seconds = time.perf_counter() - started
         return report
 
+    generation = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{random.getrandbits(32):08x}"
     with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
-        if targets.new_manifest:
-            sharding.write_manifest(client, targets.manifest)
         replaced = 0
         for member in targets.families:
             if backends.key_type(client, member.standby) != b"none":
                 replaced += backends.for_key(client, member.standby, "standby").card(client, member.standby)
                 report.replaced_standby = replaced
-            client.unlink(member.standby, member.standby_meta)
-            if not options.force:
-                lifecycle.check_memory(client, member.standby, backend.size_bytes(member_plan))
+        if not options.force:
+            lifecycle.check_memory_many(
+                client, [(f.standby, backend.size_bytes(member_plan)) for f in targets.families]
+            )
         if report.replaced_standby is not None:
             log(
                 f"replacing the standby {report.standby!r} left by an earlier run ({replaced:,} items)",
                 {"phase": "standby", "replaced_items": replaced},
             )
+        meta = {**lifecycle.metadata_for(member_plan, backend.name), "state": "loading", "generation": generation}
         for member in targets.families:
+            client.unlink(member.standby, member.standby_meta)
             backend.reserve(client, member.standby, member_plan)
-            client.hset(member.standby_meta, mapping=lifecycle.metadata_for(member_plan, backend.name))
+            client.hset(member.standby_meta, mapping=meta)
+
+        def mark(state: str) -> None:
+            for member in targets.families:
+                client.hset(member.standby_meta, "state", state)
 
         since = source.now() if options.since_column else None
         reservoir = (
@@ -414,30 +430,46 @@ def rebuild(
             report.catchup_rows = recent.stats.items
             lock.check()
 
-        if options.verify_all:
-            report.verify_mode = "all"
-            log("verifying every item against the standby", {"phase": "verify", "mode": "all"})
-            report.verified = verify(
-                client, backend, standbys, source.batches(options.batch_size), window=options.window
-            )
-        elif reservoir is not None:
-            log(f"verifying a sample of {len(reservoir.items):,} items", {"phase": "verify", "mode": "sample"})
-            report.verified = verify(client, backend, standbys, iter([reservoir.items]), window=options.window)
-        else:
-            report.verify_mode = "none"
+        try:
+            if options.verify_all:
+                report.verify_mode = "all"
+                log("verifying every item against the standby", {"phase": "verify", "mode": "all"})
+                everything = source.before(options.since_column, since) if options.since_column else source
+                report.verified = verify(
+                    client, backend, standbys, everything.batches(options.batch_size), window=options.window
+                )
+            elif reservoir is not None:
+                log(f"verifying a sample of {len(reservoir.items):,} items", {"phase": "verify", "mode": "sample"})
+                report.verified = verify(client, backend, standbys, iter([reservoir.items]), window=options.window)
+            else:
+                report.verify_mode = "none"
+        except VerifyFailed:
+            mark("failed")
+            raise
+        mark("verified" if report.verify_mode != "none" else "loaded")
         lock.check()
+        if targets.new_manifest:  # a first sharded build: the filter exists once its members are ready
+            sharding.write_manifest(client, targets.manifest)
 
         report.size_bytes = sum(backend.info(client, standby, with_header=False).size_bytes for standby in standbys)
         if options.swap:
-            # Every member's guards first, then one atomic swap per member.
-            prepared = [
-                lifecycle.prepare_swap(
-                    client, server, member, min_ratio=options.min_ratio, allow_shrink=options.allow_shrink
+            if targets.manifest is not None:
+                replaced_active = sharding.swap_sharded(
+                    client,
+                    server,
+                    targets.manifest,
+                    keep_old_seconds=options.keep_old,
+                    min_ratio=options.min_ratio,
+                    allow_shrink=options.allow_shrink,
+                    lock=lock,
                 )
-                for member in targets.members
-            ]
-            lock.check()
-            replaced_active = [lifecycle.swap(client, p, keep_old_seconds=options.keep_old) for p in prepared]
+            else:
+                prepared = lifecycle.prepare_swap(
+                    client, server, family.active, min_ratio=options.min_ratio, allow_shrink=options.allow_shrink
+                )
+                replaced_active = [
+                    lifecycle.swap(client, prepared, keep_old_seconds=options.keep_old, lock_token=lock.token)
+                ]
             report.replaced_active = any(replaced_active)
             report.swapped = True
             log(f"swapped {report.standby!r} into {report.key!r}", {"phase": "swap"})

@@ -196,11 +196,18 @@ def new_manifest(client: Any, key: str | bytes, shards: int, per_shard: Plan, ba
     )
 
 
+WRITE_MANIFEST_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
 def write_manifest(client: Any, manifest: Manifest) -> None:
-    """Create the manifest; it never changes afterwards (HSETNX on its mark guards a race)."""
-    if not client.hsetnx(manifest.key, "bloomctl", MANIFEST_MARK.decode()):
+    """Create the manifest in one step (no reader sees half of it); it never changes afterwards."""
+    fields = [part for pair in manifest.as_hash().items() for part in pair]
+    if not client.register_script(WRITE_MANIFEST_LUA)(keys=[manifest.key], args=fields):
         raise StateConflict(f"{to_display(manifest.key)!r} already exists")
-    client.hset(manifest.key, mapping=manifest.as_hash())
 
 
 def select_manifests(node: Any, keys: list[bytes]) -> list[bytes]:
@@ -291,17 +298,22 @@ def reserve_sharded(
     for member in manifest.members:
         if backends.key_type(client, member) != b"none":
             raise StateConflict(f"member {to_display(member)!r} already exists")
-        if not force:
-            lifecycle.check_memory(client, member, chosen.size_bytes(per_shard))
+    if not force:  # added up per node: several members can share one
+        lifecycle.check_memory_many(client, [(member, chosen.size_bytes(per_shard)) for member in manifest.members])
     if dry_run:
         return manifest, []
-    write_manifest(client, manifest)
-    states = []
-    for member in manifest.members:
-        chosen.reserve(client, member, per_shard)
-        client.hset(KeyFamily.of(member).meta, mapping=lifecycle.metadata_for(per_shard, chosen.name))
-        states.append(chosen.info(client, member))
-    return manifest, states
+    created: list[bytes] = []
+    try:
+        for member in manifest.members:
+            chosen.reserve(client, member, per_shard)
+            created.append(member)
+            client.hset(KeyFamily.of(member).meta, mapping=lifecycle.metadata_for(per_shard, chosen.name))
+        write_manifest(client, manifest)  # last: the filter exists once every member does
+    except BaseException:
+        for member in created:  # new and empty: nothing of value is lost
+            client.unlink(member, KeyFamily.of(member).meta)
+        raise
+    return manifest, [chosen.info(client, member) for member in manifest.members]
 
 
 @dataclass
@@ -353,23 +365,56 @@ def swap_sharded(
     keep_old_seconds: float = 0,
     min_ratio: float = 0.5,
     allow_shrink: bool = False,
+    lock: Any = None,
 ) -> list[bool]:
-    """Swap every member's standby in, one member at a time (each swap atomic). All guards run first."""
+    """Swap every member's standby in, one member at a time (each swap atomic), after all guards.
+
+    Resumable: when an earlier swap stopped part-way, the members already swapped (no standby left,
+    and their active filter carries the same rebuild generation as the remaining standbys) are
+    skipped, so running `swap` again finishes the cutover.
+    """
     from bloomctl import lifecycle
 
+    families = [KeyFamily.of(member) for member in manifest.members]
+    has_standby = [backends.key_type(client, f.standby) != b"none" for f in families]
+    pending = [f for f, present in zip(families, has_standby, strict=True) if present]
+    done = [f for f, present in zip(families, has_standby, strict=True) if not present]
+    if pending and done:
+        generations = {lifecycle.read_metadata(client, f.standby_meta).get("generation") for f in pending}
+        finished = {lifecycle.read_metadata(client, f.meta).get("generation") for f in done}
+        if len(generations) != 1 or None in generations or finished != generations:
+            missing = ", ".join(to_display(f.standby) for f in done)
+            raise StateConflict(f"the standby of {len(done)} shard(s) does not exist: {missing}")
     prepared = [
-        lifecycle.prepare_swap(client, server, member, min_ratio=min_ratio, allow_shrink=allow_shrink)
-        for member in manifest.members
+        lifecycle.prepare_swap(client, server, f.active, min_ratio=min_ratio, allow_shrink=allow_shrink)
+        for f in pending
     ]
-    return [lifecycle.swap(client, p, keep_old_seconds=keep_old_seconds) for p in prepared]
+    if not prepared:
+        raise StateConflict(f"no shard of {to_display(manifest.key)!r} has a standby to swap in")
+    replaced = []
+    for index, plan_ in enumerate(prepared):
+        if lock is not None:
+            lock.check_held()
+        try:
+            replaced.append(lifecycle.swap(client, plan_, keep_old_seconds=keep_old_seconds))
+        except Exception as exc:
+            swapped = len(done) + index
+            raise StateConflict(
+                f"the sharded swap stopped after {swapped} of {manifest.shards} shards ({exc}); every shard answers "
+                f"correctly meanwhile: run `bloomctl swap {to_display(manifest.key)}` again to finish"
+            ) from exc
+    return replaced
 
 
 def rollback_sharded(client: Any, manifest: Manifest) -> None:
     from bloomctl import lifecycle
 
-    for member in manifest.members:  # every member must have an old filter before any moves
-        if backends.key_type(client, KeyFamily.of(member).old) == b"none":
+    for member in manifest.members:  # every member must be able to roll back before any moves
+        family = KeyFamily.of(member)
+        if backends.key_type(client, family.old) == b"none":
             raise StateConflict(f"shard {to_display(member)!r} has no old filter to roll back to")
+        if backends.key_type(client, family.standby) != b"none":
+            raise StateConflict(f"shard {to_display(member)!r} has a standby; swap it in or delete it first")
     for member in manifest.members:
         lifecycle.rollback(client, member)
 

@@ -13,6 +13,7 @@ import gzip
 import re
 import string
 import sys
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,7 @@ from typing import IO, Any
 from bloomctl.errors import SourceError, UsageError
 
 BLOCK_BYTES = 1 << 20
+MAX_LINE_BYTES = 64 << 20
 MAX_EXAMPLES = 5
 BYTES_AS_IS = {"utf-8", "ascii", "utf-8-sig"}  # codecs whose bytes already are the UTF-8 item
 
@@ -58,7 +60,11 @@ class ItemFormatter:
         self.indexes: list[int] = []
         if template:
             pieces: list[str] = []
-            for literal, name, spec, conversion in string.Formatter().parse(template):
+            try:
+                parsed = list(string.Formatter().parse(template))
+            except ValueError as exc:
+                raise UsageError(f"--template {template!r}: {exc}") from None
+            for literal, name, spec, conversion in parsed:
                 pieces.append(literal.replace("{", "{{").replace("}", "}}"))
                 if name is None:
                     continue
@@ -174,6 +180,15 @@ class CsvSource:
             self.codec = codecs.lookup(encoding).name
         except LookupError:
             raise UsageError(f"unknown --encoding {encoding!r}") from None
+        if (
+            "\n,;\t|".encode(encoding) != b"\n,;\t|"
+            or self.codec.startswith("utf-16")
+            or self.codec.startswith("utf-32")
+        ):
+            raise UsageError(
+                f"--encoding {encoding}: only ASCII-compatible encodings (utf-8, latin-1, cp1252, ...); "
+                "convert the file with iconv first"
+            )
         self.path = path
         self.name = "<stdin>" if path == "-" else path
         self.header = header
@@ -203,6 +218,20 @@ class CsvSource:
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
 
+    def preflight(self) -> None:
+        """Open the file and read its header now, so a wrong --column or --template fails before
+        anything is written (stdin cannot be read twice: it is checked when the load starts)."""
+        if not self.rewindable:
+            return
+        stream = self._open()
+        try:
+            names, _rest, _lines = self._read_header(self._blocks(stream))
+            ItemFormatter(names, self.column, self.template, self.prefix)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise SourceError(f"cannot read {self.name}: {exc}") from None
+        finally:
+            stream.close()
+
     def count(self) -> int:
         """Data lines in the file (a fast newline count, header excluded): the estimate for --capacity auto."""
         if not self.rewindable:
@@ -214,7 +243,7 @@ class CsvSource:
                 while chunk := f.read(BLOCK_BYTES * 4):
                     lines += chunk.count(b"\n")
                     last = chunk[-1:]
-            except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
                 raise SourceError(f"cannot read {self.name}: {exc}") from None
         if last != b"\n":
             lines += 1
@@ -227,7 +256,7 @@ class CsvSource:
         stream = self._open()
         try:
             yield from rebatch(self._items(stream, bad), size, self.stats)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError(f"cannot read {self.name}: {exc}") from None
         finally:
             if stream is not sys.stdin.buffer:
@@ -236,12 +265,16 @@ class CsvSource:
     # --- reading ----------------------------------------------------------------------------
 
     def _blocks(self, stream: IO[bytes]) -> Iterator[bytes]:
-        """Blocks of whole lines."""
+        """Blocks of whole lines (ended by \\n, or by \\r in a file that has no \\n)."""
         tail = b""
         while chunk := stream.read(BLOCK_BYTES):
             chunk = tail + chunk
             cut = chunk.rfind(b"\n")
             if cut == -1:
+                cut = chunk.rfind(b"\r", 0, len(chunk) - 1)  # old Mac line ends; not a CRLF cut in half
+            if cut == -1:
+                if len(chunk) > MAX_LINE_BYTES:
+                    raise SourceError(f"{self.name}: a line longer than {MAX_LINE_BYTES // 2**20} MiB")
                 tail = chunk
                 continue
             tail = chunk[cut + 1 :]
@@ -256,11 +289,14 @@ class CsvSource:
             first = first[len(codecs.BOM_UTF8) :]
         if not self.header:
             return None, first, 0
-        line, _, rest = first.partition(b"\n")
+        parts = re.split(rb"\r\n|\r|\n", first, maxsplit=1)
+        line, rest = parts[0], parts[1] if len(parts) > 1 else b""
         try:
-            names = next(csv.reader([line.decode(self.encoding).rstrip("\r")], delimiter=self.delimiter), [])
+            names = next(csv.reader([line.decode(self.encoding)], delimiter=self.delimiter, strict=True), [])
         except UnicodeDecodeError:
             raise SourceError(f"{self.name}:1: the header is not valid {self.encoding}") from None
+        except csv.Error as exc:
+            raise SourceError(f"{self.name}:1: malformed header ({exc})") from None
         if not names:
             raise SourceError(f"{self.name}:1: empty header line (use --no-header for a file without one)")
         return names, rest, 1
@@ -308,6 +344,8 @@ class CsvSource:
                 return None
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
+            if b"\r" in data:
+                return None  # a bare carriage return ends a line too: the csv module knows
         body = data[:-1] if data.endswith(b"\n") else data  # so that ^ does not match after the last line
         lines = body.split(b"\n")
         index = fmt.index
@@ -316,13 +354,9 @@ class CsvSource:
                 return None
             values = lines
         else:
-            # Rows of equal width: join the lines into one list of fields and take every n-th (C speed).
-            width = self.width or body[: body.find(b"\n") if b"\n" in body else len(body)].count(delim) + 1
-            fields = body.replace(b"\n", delim).split(delim)
-            if len(fields) == len(lines) * width and index < width:
-                values = fields[index::width]
-            else:
-                values = (_first_field(delim) if index == 0 else _nth_field(delim, index)).findall(body)
+            # One regex pass in C, anchored at each line's start: a line with extra fields still gives
+            # its own field, a line that is too short gives no match (and the slow path its number).
+            values = (_first_field(delim) if index == 0 else _nth_field(delim, index)).findall(body)
         if len(values) != len(lines):
             return None  # a short row: find its line number the slow way
         self.stats.rows += len(values)
@@ -480,6 +514,21 @@ class SqlSource:
         except Exception as exc:
             raise self._error(exc, "the query") from None
 
+    def preflight(self) -> None:
+        """Connect, and check the query's columns against --column/--template before anything is written."""
+        from sqlalchemy import text
+
+        try:
+            with self.engine.connect() as conn:
+                names = list(
+                    conn.execute(text(f"SELECT * FROM ({self.query}) AS bloomctl_cols WHERE 1 = 0"), self.params).keys()
+                )
+        except (UsageError, SourceError):
+            raise
+        except Exception as exc:
+            raise self._error(exc, "the query") from None
+        ItemFormatter(names, self.column, self.template, self.prefix)
+
     def count(self) -> int:
         return int(self._scalar(f"SELECT COUNT(*) FROM ({self.query}) AS bloomctl_count"))
 
@@ -490,17 +539,28 @@ class SqlSource:
             moment = datetime.fromisoformat(moment)
         return moment
 
-    def since(self, column: str, moment: Any) -> SqlSource:
-        """The same source restricted to rows whose ``column`` is at or after ``moment``."""
+    @staticmethod
+    def check_column_name(column: str) -> str:
         if not column.replace("_", "").isalnum():
             raise UsageError(f"--since-column {column!r} must be a plain column name")
+        return column
+
+    def since(self, column: str, moment: Any) -> SqlSource:
+        """The same source restricted to rows whose ``column`` is at or after ``moment`` (the catch-up)."""
+        return self._narrowed(column, ">=", moment)
+
+    def before(self, column: str, moment: Any) -> SqlSource:
+        """The rows whose ``column`` is before ``moment``: what a full verification can demand on a live table."""
+        return self._narrowed(column, "<", moment)
+
+    def _narrowed(self, column: str, operator: str, moment: Any) -> SqlSource:
         narrowed = SqlSource(
             self.url,
-            f"SELECT * FROM ({self.query}) AS bloomctl_src WHERE {column} >= :since",
+            f"SELECT * FROM ({self.query}) AS bloomctl_src WHERE {self.check_column_name(column)} {operator} :moment",
             column=self.column,
             template=self.template,
             prefix=self.prefix,
-            params={"since": moment},
+            params={"moment": moment},
         )
         narrowed._engine = self._engine
         return narrowed

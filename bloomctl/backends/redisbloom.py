@@ -162,7 +162,9 @@ class RedisBloom(Backend):
             return self.info(client, key, with_header=False).items
 
     def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
-        return ("BF.MADD", key, *items)
+        # BF.INSERT NOCREATE, not BF.MADD: an add must never create a filter with default parameters
+        # (capacity 100) where one vanished (a replaced standby, a standby not created yet).
+        return ("BF.INSERT", key, "NOCREATE", "ITEMS", *items)
 
     def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return ("BF.MEXISTS", key, *items)

@@ -126,7 +126,14 @@ def reserve_sharded(
 
     if if_not_exists:
         existing = sharding.read_manifest(app.client, key)
-        if existing is not None and existing.shards == shards and existing.backend == backend:
+        member = sharding.shard_plan(total, shards)
+        same = (
+            existing is not None
+            and (existing.shards, existing.backend, existing.capacity, existing.expansion)
+            == (shards, backend, member.capacity, member.expansion)
+            and existing.error_rate == member.error_rate
+        )
+        if same and all(app.client.exists(m) for m in existing.members):
             click.echo(f"{to_display(existing.key)!r} already exists with {shards} shards: nothing to do")
             return
     manifest, states = sharding.reserve_sharded(

@@ -108,7 +108,11 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Capacity, or auto: rows counted x --headroom [default: the active filter's, else auto].",
 )
 @click.option(
-    "--headroom", type=float, default=2.0, show_default=True, help="Multiplier on the counted rows for --capacity auto."
+    "--headroom",
+    type=click.FloatRange(1, 1000),
+    default=2.0,
+    show_default=True,
+    help="Multiplier on the counted rows for --capacity auto.",
 )
 @click.option("--error-rate", "-e", callback=_parse_error_rate, help="[default: the active filter's]")
 @click.option("--expansion", type=click.IntRange(min=1), help="[default: the active filter's, else 2]")
@@ -145,7 +149,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 )
 @click.option(
     "--catchup-skew",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=7 * 24 * 3600),
     default=60.0,
     show_default=True,
     help="Seconds subtracted from the load start for catch-up.",
