@@ -242,6 +242,8 @@ def mysql_engine():
 def sqlite_engine(tmp_path):
     sqlalchemy = pytest.importorskip("sqlalchemy")
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'source.db'}")
+    with engine.begin() as conn:  # WAL: a writer does not wait for a streaming reader (as on a real database)
+        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     yield engine
     engine.dispose()
 

@@ -216,3 +216,115 @@ def test_plan_shards(cli):
     suggested = json.loads(cli("plan", "-c", "3M", "-e", "1%", "--max-shard-memory", "1M", "--format", "json").stdout)
     assert suggested["suggested_shards"] == suggested["shards"] == 5
     assert suggested["shard_bytes"] <= 1_000_000
+
+
+def test_a_failed_first_sharded_build_leaves_no_manifest(target, tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id\n")
+    result = target.cli(
+        "rebuild",
+        "sk",
+        "--from-csv",
+        str(empty),
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        "--shards",
+        "3",
+        "--backend",
+        target.backend.name,
+    )
+    assert result.exit_code == 8
+    assert read_manifest(target.client, "sk") is None and not target.client.exists("sk")
+    path = write_csv(tmp_path / "u.csv", 900)
+    again = target.cli(
+        "rebuild", "sk", "--from-csv", path, "-e", "1%", "--shards", "4", "--swap", "--backend", target.backend.name
+    )
+    assert again.exit_code == 0, again.stderr
+    assert read_manifest(target.client, "sk").shards == 4
+
+
+def test_an_interrupted_sharded_swap_can_be_finished(target, tmp_path, monkeypatch):
+    from bloomctl import lifecycle
+
+    path = write_csv(tmp_path / "u.csv", 3000)
+    assert (
+        target.cli(
+            "rebuild",
+            "users",
+            "--from-csv",
+            path,
+            "-e",
+            "1%",
+            "--shards",
+            "3",
+            "--swap",
+            "--backend",
+            target.backend.name,
+        ).exit_code
+        == 0
+    )
+    more = write_csv(tmp_path / "v.csv", 3300)
+    assert target.cli("rebuild", "users", "--from-csv", more).exit_code == 0  # verified standbys, not swapped
+    real_swap, calls = lifecycle.swap, []
+
+    def failing_third(client, prepared, **kw):
+        calls.append(prepared.family.active)
+        if len(calls) == 3:
+            raise redis_error()
+        return real_swap(client, prepared, **kw)
+
+    monkeypatch.setattr(lifecycle, "swap", failing_third)
+    stopped = target.cli("swap", "users", "--yes")
+    assert stopped.exit_code == 5 and "stopped after 2 of 3 shards" in stopped.stderr
+    monkeypatch.setattr(lifecycle, "swap", real_swap)
+    filt = ShardedFilter(target.client, "users")
+    assert all(filt.mexists([f"user:{i}" for i in range(0, 3000, 13)]))  # every shard answers meanwhile
+    finished = target.cli("swap", "users", "--yes")
+    assert finished.exit_code == 0, finished.stderr
+    assert filt.exists("user:3299") and all(filt.mexists([f"user:{i}" for i in range(3000, 3300, 7)]))
+
+
+def redis_error():
+    import redis
+
+    return redis.exceptions.ConnectionError("simulated: the node went away")
+
+
+def test_sharded_memory_is_added_up_per_node(target):
+    if target.cluster:
+        nodes = [target.client.get_redis_connection(n) for n in target.client.get_primaries()]
+    else:
+        nodes = [target.client]
+    for node in nodes:
+        used = node.info("memory")["used_memory"]
+        node.config_set("maxmemory", str(used + 3 * 2**20))  # 3 MiB of room on every node
+    try:
+        # 6 shards of ~1.9 MB: each fits alone, but two on one node (cluster) or six (standalone) do not
+        args = ["-c", "8M", "-e", "1%", "--shards", "6", "--backend", target.backend.name]
+        if target.backend.name == "bitmap":
+            args.append("--nonscaling")
+        result = target.cli("reserve", "mm", *args)
+        assert result.exit_code == 5 and "on one node" in result.stderr, (result.stdout, result.stderr)
+        assert not target.client.exists("mm")
+        assert not any(target.client.exists(m) for m in sharding_members(target, "mm", 6))
+    finally:
+        for node in nodes:
+            node.config_set("maxmemory", "0")
+
+
+def test_reserve_sharded_if_not_exists_compares_parameters(target):
+    args = ["-c", "3000", "-e", "1%", "--shards", "3", "--backend", target.backend.name]
+    if target.backend.name == "bitmap":
+        args.append("--nonscaling")
+    assert target.cli("reserve", "users", *args).exit_code == 0
+    assert target.cli("reserve", "users", *args, "--if-not-exists").exit_code == 0
+    different = [a if a != "3000" else "6000" for a in args]
+    assert target.cli("reserve", "users", *different, "--if-not-exists").exit_code == 5
+
+
+def sharding_members(target, key: str, shards: int) -> list[bytes]:
+    from bloomctl.sharding import member_keys
+
+    return member_keys(target.client, key.encode(), shards)

@@ -252,3 +252,47 @@ def test_postgres_copy_unescapes_values(pg_engine):
 def test_missing_driver_says_what_to_install():
     with pytest.raises(UsageError, match="driver for mssql is not installed"):
         read(SqlSource("mssql+pyodbc://u@h/db", "SELECT 1"))
+
+
+def test_fast_path_agrees_with_the_csv_module_on_uneven_rows(tmp_path):
+    """Rows with extra or missing fields: the block fast path must give what csv.reader gives."""
+    import csv as csvmod
+
+    text = "id,name,email\n" + "".join(
+        f"{i},name{i},e{i}\n" if i % 7 else (f"{i},name{i},e{i},extra\n" if i % 2 else f"{i},name{i}\n")
+        for i in range(3000)
+    )
+    path = write(tmp_path / "u.csv", text)
+    for column in ("id", "name", "email"):
+        source = CsvSource(path, column=column, skip_bad_rows=10_000)
+        expected = []
+        for row in list(csvmod.reader(text.splitlines()))[1:]:
+            index = ["id", "name", "email"].index(column)
+            if len(row) > index and row[index]:
+                expected.append(row[index].encode())
+        assert read(source, 500) == expected, column
+
+
+def test_cr_only_line_ends(tmp_path):
+    path = write(tmp_path / "mac.csv", "user\ra\rb\rc\r")
+    assert read(CsvSource(path)) == [b"a", b"b", b"c"]
+    assert read(CsvSource(path, header=False)) == [b"user", b"a", b"b", b"c"]
+
+
+def test_unusable_encodings_and_corrupt_gzip(tmp_path):
+    with pytest.raises(UsageError, match="ASCII-compatible"):
+        CsvSource(write(tmp_path / "u.csv", "a\n"), encoding="utf-16")
+    good = gzip.compress(b"name\n" + b"".join(b"user:%d\n" % i for i in range(50_000)))
+    corrupt = good[:200] + bytes(b ^ 0xFF for b in good[200:260]) + good[260:]
+    path = tmp_path / "bad.csv.gz"
+    path.write_bytes(corrupt)
+    with pytest.raises(SourceError, match="cannot read"):
+        read(CsvSource(str(path)), 1000)
+
+
+def test_bad_header_and_template_are_clear(tmp_path):
+    path = write(tmp_path / "u.csv", 'id,"na"me\n1,2\n')
+    with pytest.raises(SourceError, match=r"u\.csv:1"):
+        read(CsvSource(path))
+    with pytest.raises(UsageError, match="--template"):
+        CsvSource(write(tmp_path / "v.csv", PEOPLE), template="x{").preflight()
