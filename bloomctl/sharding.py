@@ -8,6 +8,7 @@ so any language routes the same way. Each member is an ordinary filter with its 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import zlib
@@ -18,7 +19,7 @@ from typing import Any
 
 from bloomctl import __version__, backends
 from bloomctl.backends import Backend, FilterState
-from bloomctl.errors import StateConflict, UsageError
+from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.keys import SLOTS, KeyFamily, crc16, to_bytes, to_display
 from bloomctl.planner import Plan
 
@@ -445,8 +446,14 @@ class Filter:
     def exists(self, item: bytes | str) -> bool:
         return self.mexists([item])[0]
 
-    def madd(self, items: Sequence[bytes | str]) -> list[bool]:
-        return self.backend.madd(self.client, self.key, [to_bytes(i) for i in items])
+    def madd(self, items: Sequence[bytes | str], *, dual_write: bool = False) -> list[bool]:
+        """Add items. ``dual_write``: first to the standby when one exists (a rebuild is running),
+        then to the active filter - in that order, so no cutover can lose the item (README)."""
+        raw = [to_bytes(i) for i in items]
+        if dual_write:
+            with contextlib.suppress(KeyMissing):  # no rebuild running: nothing to do there
+                self.backend.madd(self.client, KeyFamily.of(self.key).standby, raw)
+        return self.backend.madd(self.client, self.key, raw)
 
     def mexists(self, items: Sequence[bytes | str]) -> list[bool]:
         return self.backend.mexists(self.client, self.key, [to_bytes(i) for i in items])
@@ -467,7 +474,15 @@ class ShardedFilter(Filter):
         self.manifest = manifest
         self._backend = backends.get(manifest.backend)
 
-    def _fan_out(self, items: Sequence[bytes | str], command: Any) -> list[bool]:
+    def _fan_out(
+        self,
+        items: Sequence[bytes | str],
+        command: Any,
+        keys: Sequence[bytes] | None = None,
+        *,
+        missing_ok: bool = False,
+    ) -> list[bool]:
+        keys = keys or self.manifest.members
         raw = [to_bytes(i) for i in items]
         if not raw:
             return []
@@ -480,15 +495,22 @@ class ShardedFilter(Filter):
         sent = []
         for index, group in enumerate(groups):
             if group:
-                pipe.execute_command(*command(self.client, self.manifest.members[index], group))
+                pipe.execute_command(*command(self.client, keys[index], group))
                 sent.append(index)
         answers: list[bool] = [False] * len(raw)
-        for index, reply in zip(sent, pipe.execute(), strict=True):
+        for index, reply in zip(sent, pipe.execute(raise_on_error=not missing_ok), strict=True):
+            if isinstance(reply, Exception):
+                if "not found" in str(reply):
+                    continue  # missing_ok: a member's standby that does not exist
+                raise reply
             for position, flag in zip(positions[index], self.backend.parse_flags(reply), strict=True):
                 answers[position] = flag
         return answers
 
-    def madd(self, items: Sequence[bytes | str]) -> list[bool]:
+    def madd(self, items: Sequence[bytes | str], *, dual_write: bool = False) -> list[bool]:
+        if dual_write:  # the standbys first (where a rebuild runs), then the members: see Filter.madd
+            standbys = [KeyFamily.of(member).standby for member in self.manifest.members]
+            self._fan_out(items, self.backend.madd_command, standbys, missing_ok=True)
         return self._fan_out(items, self.backend.madd_command)
 
     def mexists(self, items: Sequence[bytes | str]) -> list[bool]:

@@ -328,3 +328,30 @@ def sharding_members(target, key: str, shards: int) -> list[bytes]:
     from bloomctl.sharding import member_keys
 
     return member_keys(target.client, key.encode(), shards)
+
+
+def test_dual_writes_reach_the_standby_first_and_never_create_one(target, tmp_path):
+    from bloomctl.sharding import Filter
+
+    path = write_csv(tmp_path / "u.csv", 500)
+    extra = ["--backend", target.backend.name]
+    assert target.cli("rebuild", "single", "--from-csv", path, "-e", "1%", "--swap", *extra).exit_code == 0
+    assert (
+        target.cli("rebuild", "sharded", "--from-csv", path, "-e", "1%", "--shards", "3", "--swap", *extra).exit_code
+        == 0
+    )
+    single, sharded = Filter(target.client, "single"), ShardedFilter(target.client, "sharded")
+    # no rebuild running: nothing is created beside the filters
+    single.madd(["new-1"], dual_write=True)
+    sharded.madd(["new-1", "new-2", "new-3"], dual_write=True)
+    assert not target.client.exists(KeyFamily.of("single").standby)
+    assert not any(target.client.exists(KeyFamily.of(m).standby) for m in sharded.manifest.members)
+    assert single.exists("new-1") and sharded.mexists(["new-1", "new-2", "new-3"]) == [True] * 3
+    # a rebuild left verified standbys: dual writes reach them, so the next swap keeps the new items
+    assert target.cli("rebuild", "single", "--from-csv", path).exit_code == 0
+    assert target.cli("rebuild", "sharded", "--from-csv", path).exit_code == 0
+    single.madd(["late"], dual_write=True)
+    sharded.madd(["late-a", "late-b"], dual_write=True)
+    assert target.cli("swap", "single", "--yes").exit_code == 0
+    assert target.cli("swap", "sharded", "--yes").exit_code == 0
+    assert single.exists("late") and sharded.mexists(["late-a", "late-b"]) == [True, True]
