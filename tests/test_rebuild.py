@@ -17,14 +17,7 @@ from bloomctl.lock import FilterLock
 from bloomctl.rebuild import RebuildOptions, Reservoir, rebuild
 from bloomctl.server import detect
 from bloomctl.sources import CsvSource, SqlSource
-
-
-def write_csv(path, n: int, start: int = 0, header: str = "user_id") -> str:
-    with open(path, "w") as f:
-        f.write(header + "\n")
-        for i in range(start, start + n):
-            f.write(f"user:{i}\n")
-    return str(path)
+from tests.data import write_csv
 
 
 def members(target, key, items) -> list[bool]:

@@ -10,6 +10,7 @@ from bloomctl import backends
 from bloomctl.keys import KeyFamily
 from bloomctl.loader import node_client
 from bloomctl.sharding import ShardedFilter, is_member_name, open_filter, read_manifest, shard_of
+from tests.data import write_csv
 from tests.hammer import Hammer
 
 # The README's routing test vectors: shard = CRC-32 (zlib / IEEE 802.3) of the item's bytes, mod N.
@@ -46,9 +47,23 @@ def test_member_names_are_recognised():
     assert not is_member_name(b"users")
 
 
-def write_csv(path, n: int) -> str:
-    path.write_text("id\n" + "".join(f"user:{i}\n" for i in range(n)))
-    return str(path)
+def build_sharded(target, path: str, *extra: str, shards: int = 3) -> None:
+    """A first sharded rebuild with --swap, on the target's backend."""
+    result = target.cli(
+        "rebuild",
+        "users",
+        "--from-csv",
+        path,
+        "-e",
+        "1%",
+        "--shards",
+        str(shards),
+        "--swap",
+        "--backend",
+        target.backend.name,
+        *extra,
+    )
+    assert result.exit_code == 0, result.stderr
 
 
 def test_reserve_sharded_spreads_members(target):
@@ -181,22 +196,7 @@ def test_readers_see_no_false_negative_during_a_sharded_cutover(target, tmp_path
 
 def test_sharded_swap_needs_every_standby(target, tmp_path):
     path = write_csv(tmp_path / "u.csv", 900)
-    assert (
-        target.cli(
-            "rebuild",
-            "users",
-            "--from-csv",
-            path,
-            "-e",
-            "1%",
-            "--shards",
-            "3",
-            "--swap",
-            "--backend",
-            target.backend.name,
-        ).exit_code
-        == 0
-    )
+    build_sharded(target, path)
     assert target.cli("rebuild", "users", "--from-csv", path).exit_code == 0  # standbys only
     manifest = read_manifest(target.client, "users")
     target.client.unlink(KeyFamily.of(manifest.members[1]).standby)
@@ -249,22 +249,7 @@ def test_an_interrupted_sharded_swap_can_be_finished(target, tmp_path, monkeypat
     from bloomctl import lifecycle
 
     path = write_csv(tmp_path / "u.csv", 3000)
-    assert (
-        target.cli(
-            "rebuild",
-            "users",
-            "--from-csv",
-            path,
-            "-e",
-            "1%",
-            "--shards",
-            "3",
-            "--swap",
-            "--backend",
-            target.backend.name,
-        ).exit_code
-        == 0
-    )
+    build_sharded(target, path)
     more = write_csv(tmp_path / "v.csv", 3300)
     assert target.cli("rebuild", "users", "--from-csv", more).exit_code == 0  # verified standbys, not swapped
     real_swap, calls = lifecycle.swap, []
