@@ -111,7 +111,7 @@ def test_dry_run_writes_nothing(target, tmp_path):
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["dry_run"] is True and data["items_read"] == 1234 and data["plan"]["capacity"] == 2468
-    assert target.client.dbsize() == 0 if not target.cluster else True
+    assert target.client.dbsize() == 0  # on a cluster, redis-py adds up every master
     family = KeyFamily.of("users")
     assert not any(target.client.exists(k) for k in family.all_keys().values())
 
