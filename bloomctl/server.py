@@ -44,14 +44,6 @@ class ServerInfo:
         return "bf.reserve" in self.commands
 
     @property
-    def has_scandump(self) -> bool:
-        return "bf.scandump" in self.commands
-
-    @property
-    def has_card(self) -> bool:
-        return "bf.card" in self.commands
-
-    @property
     def description(self) -> str:
         text = f"{self.product} {self.version}"
         if self.flavour == "redisbloom":
@@ -63,11 +55,6 @@ class ServerInfo:
     def require_bloom(self) -> None:
         if not self.has_bloom:
             raise UnsupportedServer(f"{self.description} has no BF.* commands: {NO_BLOOM_HELP}")
-
-    def require_scandump(self, what: str) -> None:
-        self.require_bloom()
-        if not self.has_scandump:
-            raise UnsupportedServer(f"{self.description} has no BF.SCANDUMP, which {what} needs")
 
     def as_dict(self) -> dict[str, Any]:
         return {
