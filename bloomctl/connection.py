@@ -61,6 +61,8 @@ def read_password_file(path: str | os.PathLike[str]) -> str:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read --password-file {os.fspath(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--password-file {os.fspath(path)!r} is not UTF-8 text") from None
     return text.rstrip("\r\n")
 
 

@@ -159,6 +159,12 @@ class Loader:
         reply = target.conn.read_response()
         if isinstance(reply, Exception):
             raise reply
+        failed = [flag for flag in reply if isinstance(flag, Exception)]
+        if failed:  # BF.INSERT stops at the first error: a shorter reply, its last element the error
+            detail = str(failed[0])
+            if "full" in detail:
+                detail += ": the filter reached its capacity (raise --capacity or the headroom)"
+            raise StateConflict(f"writing to {to_display(target.key)!r} failed: {detail}")
         if len(reply) != expected:
             raise StateConflict(f"the server answered {len(reply)} results for a batch of {expected}")
         added = reply.count(1)  # list.count runs in C: this loop is hot

@@ -27,6 +27,13 @@ from bloomctl.planner import DEFAULT_EXPANSION, Plan, plan
 from bloomctl.server import ServerInfo
 from bloomctl.sources import CsvSource, SourceStats, SqlSource
 
+# Set a standby's state only if its metadata still carries this run's generation.
+MARK_LUA = """
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2])
+return 1
+"""
+
 DEFAULT_HEADROOM = 2.0
 DEFAULT_VERIFY_SAMPLE = 10_000
 DEFAULT_CATCHUP_SKEW = 60.0
@@ -375,14 +382,20 @@ def rebuild(
 
     generation = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{random.getrandbits(32):08x}"
     with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
-        replaced = 0
+        replaced, freed = 0, {}
         for member in targets.families:
             if backends.key_type(client, member.standby) != b"none":
-                replaced += backends.for_key(client, member.standby, "standby").card(client, member.standby)
+                stale = backends.for_key(client, member.standby, "standby")
+                replaced += stale.card(client, member.standby)
+                freed[member.standby] = stale.info(client, member.standby, with_header=False).size_bytes
                 report.replaced_standby = replaced
-        if not options.force:
+        if not options.force:  # the stale standbys about to be replaced free their memory first
             lifecycle.check_memory_many(
-                client, [(f.standby, backend.size_bytes(member_plan)) for f in targets.families]
+                client,
+                [
+                    (f.standby, max(backend.size_bytes(member_plan) - freed.get(f.standby, 0), 0))
+                    for f in targets.families
+                ],
             )
         if report.replaced_standby is not None:
             log(
@@ -392,12 +405,15 @@ def rebuild(
         meta = {**lifecycle.metadata_for(member_plan, backend.name), "state": "loading", "generation": generation}
         for member in targets.families:
             client.unlink(member.standby, member.standby_meta)
+            client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
             backend.reserve(client, member.standby, member_plan)
-            client.hset(member.standby_meta, mapping=meta)
 
         def mark(state: str) -> None:
+            """Set the standbys' state, only while the lock and the standbys are still this run's."""
+            lock.check_held()
             for member in targets.families:
-                client.hset(member.standby_meta, "state", state)
+                if not client.register_script(MARK_LUA)(keys=[member.standby_meta], args=[generation, state]):
+                    raise StateConflict(f"the standby {to_display(member.standby)!r} was replaced by another run")
 
         since = source.now() if options.since_column else None
         reservoir = (
@@ -415,6 +431,12 @@ def rebuild(
 
         report.load = load(source.batches(options.batch_size), progress)
         report.source = source.stats
+        if counted is not None and report.source.items > 1.1 * counted + 100:
+            log(
+                f"counted {counted:,} rows but read {report.source.items:,} items: the capacity from --capacity auto "
+                "is too small (odd line ends?); give --capacity",
+                {"phase": "load", "warning": "capacity"},
+            )
         if report.source.items == 0:
             for member in targets.families:
                 client.unlink(member.standby, member.standby_meta)

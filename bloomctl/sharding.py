@@ -146,18 +146,24 @@ def read_manifest(client: Any, key: str | bytes) -> Manifest | None:
             f"{to_display(raw)!r} is a sharded filter of format {fields.get('format')} / routing "
             f"{fields.get('routing')}, which this bloomctl does not know: upgrade bloomctl"
         )
-    members = tuple(m.encode("utf-8", "surrogateescape") for m in json.loads(fields["members"]))
-    return Manifest(
-        key=raw,
-        shards=int(fields["shards"]),
-        members=members,
-        backend=fields["backend"],
-        capacity=int(fields["capacity_per_shard"]),
-        error_rate=float(fields["error_rate"]),
-        expansion=None if fields["expansion"] == "nonscaling" else int(fields["expansion"]),
-        created_at=fields.get("created_at", ""),
-        created_by=fields.get("created_by", ""),
-    )
+    try:
+        members = tuple(m.encode("utf-8", "surrogateescape") for m in json.loads(fields["members"]))
+        manifest = Manifest(
+            key=raw,
+            shards=int(fields["shards"]),
+            members=members,
+            backend=fields["backend"],
+            capacity=int(fields["capacity_per_shard"]),
+            error_rate=float(fields["error_rate"]),
+            expansion=None if fields["expansion"] == "nonscaling" else int(fields["expansion"]),
+            created_at=fields.get("created_at", ""),
+            created_by=fields.get("created_by", ""),
+        )
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise StateConflict(f"{to_display(raw)!r} holds a damaged sharded-filter manifest ({exc!r})") from None
+    if len(manifest.members) != manifest.shards or manifest.backend not in backends.names():
+        raise StateConflict(f"{to_display(raw)!r} holds a damaged sharded-filter manifest")
+    return manifest
 
 
 def validate_shards(shards: int) -> int:

@@ -113,6 +113,22 @@ def _nth_field(delim: bytes, index: int) -> re.Pattern[bytes]:
     return re.compile(b"^(?:" + field_ + re.escape(delim) + b"){" + str(index).encode() + b"}(" + field_ + b")", re.M)
 
 
+class _Replay:
+    """Bytes already read from a stream, then the rest of the stream (stdin read twice)."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self.head, self.rest = head, rest
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            chunk, self.head = self.head, b""
+            return chunk
+        return self.rest.read(size)
+
+    def close(self) -> None:  # stdin is not ours to close
+        pass
+
+
 def rebatch(chunks: Iterator[list[bytes]], size: int, stats: SourceStats) -> Iterator[list[bytes]]:
     """Lists of exactly ``size`` items (the last may be shorter) out of lists of any length."""
     pending: list[bytes] = []
@@ -198,6 +214,7 @@ class CsvSource:
         self.skip_bad_rows = skip_bad_rows
         self.stats = SourceStats()
         self.formatter: ItemFormatter | None = None
+        self._stdin_head: bytes | None = None
 
     @property
     def rewindable(self) -> bool:
@@ -209,6 +226,8 @@ class CsvSource:
 
     def _open(self) -> IO[bytes]:
         if self.path == "-":
+            if self._stdin_head is not None:  # preflight read the start of stdin: replay it first
+                return _Replay(self._stdin_head, sys.stdin.buffer)  # type: ignore[return-value]
             return sys.stdin.buffer
         try:
             raw = open(self.path, "rb")  # noqa: SIM115 - closed by the caller
@@ -220,9 +239,9 @@ class CsvSource:
 
     def preflight(self) -> None:
         """Open the file and read its header now, so a wrong --column or --template fails before
-        anything is written (stdin cannot be read twice: it is checked when the load starts)."""
-        if not self.rewindable:
-            return
+        anything is written (from stdin, the first block is kept and replayed by the load)."""
+        if not self.rewindable and self._stdin_head is None:
+            self._stdin_head = sys.stdin.buffer.read(BLOCK_BYTES)
         stream = self._open()
         try:
             names, _rest, _lines = self._read_header(self._blocks(stream))
@@ -230,21 +249,25 @@ class CsvSource:
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError(f"cannot read {self.name}: {exc}") from None
         finally:
-            stream.close()
+            if self.rewindable:
+                stream.close()
 
     def count(self) -> int:
         """Data lines in the file (a fast newline count, header excluded): the estimate for --capacity auto."""
         if not self.rewindable:
             raise UsageError("--capacity auto and --verify all read the source twice: give a file, not stdin")
-        lines = 0
+        lines = returns = 0
         last = b"\n"
         with self._open() as f:
             try:
                 while chunk := f.read(BLOCK_BYTES * 4):
                     lines += chunk.count(b"\n")
+                    returns += chunk.count(b"\r")
                     last = chunk[-1:]
             except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
                 raise SourceError(f"cannot read {self.name}: {exc}") from None
+        if lines == 0 and returns:  # old Mac line ends, as the reader treats them
+            lines, last = returns, (b"\n" if last == b"\r" else last)
         if last != b"\n":
             lines += 1
         return max(lines - (1 if self.header else 0), 0)
@@ -259,7 +282,7 @@ class CsvSource:
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError(f"cannot read {self.name}: {exc}") from None
         finally:
-            if stream is not sys.stdin.buffer:
+            if self.rewindable:
                 stream.close()
 
     # --- reading ----------------------------------------------------------------------------
@@ -322,7 +345,9 @@ class CsvSource:
                     data = block.decode(self.encoding).encode("utf-8")
                 except UnicodeDecodeError:
                     data = b""  # unusual: read it row by row below
-            if data and b'"' not in data and fmt.template is None:
+            # The fast path splits on one byte: a delimiter that is several bytes in UTF-8 (like "§")
+            # would cut other characters that share its first byte.
+            if data and b'"' not in data and fmt.template is None and len(delim) == 1:
                 items = self._fast_block(data, delim, fmt)
                 if items is not None:
                     yield items
@@ -422,6 +447,10 @@ class CsvSource:
 
 
 # --- SQL ----------------------------------------------------------------------------------------
+
+# PostgreSQL type OIDs whose COPY text form equals str() of the value psycopg returns:
+# text, varchar, bpchar, name, int2, int4, int8, uuid.
+COPY_SAFE_TYPES = frozenset({25, 1043, 1042, 19, 21, 23, 20, 2950})
 
 DRIVER_HINTS = {
     "postgresql": ("postgresql+psycopg", "psycopg", "pip install 'redis-bloomctl[postgresql]'"),
@@ -567,8 +596,9 @@ class SqlSource:
 
     def batches(self, size: int) -> Iterator[list[bytes]]:
         self.stats = SourceStats()
-        if self._copy_possible():
-            yield from self._copy_batches(size)
+        copy_column = self._copy_column() if self._copy_possible() else None
+        if copy_column is not None:
+            yield from self._copy_batches(size, *copy_column)
             return
         yield from self._cursor_batches(size)
 
@@ -582,24 +612,38 @@ class SqlSource:
             return False
         return self.engine.dialect.name == "postgresql" and self.engine.dialect.driver == "psycopg"
 
-    def _copy_batches(self, size: int) -> Iterator[list[bytes]]:
+    def _copy_column(self) -> tuple[str, bytes] | None:
+        """The item column's name and the prefix, when COPY's text gives exactly the bytes the cursor
+        path gives (text and integer types); None otherwise (booleans, timestamps, bytea ... differ)."""
+        from sqlalchemy import text
+
+        try:
+            with self.engine.connect() as conn:
+                result = conn.execute(text(f"SELECT * FROM ({self.query}) AS bloomctl_cols LIMIT 0"))
+                names = list(result.keys())
+                types = [column.type_code for column in result.cursor.description]
+        except Exception as exc:
+            raise self._error(exc, "the query") from None
+        fmt = ItemFormatter(names, self.column, None, self.prefix)
+        if types[fmt.index] not in COPY_SAFE_TYPES:
+            return None
+        return names[fmt.index], fmt.prefix
+
+    def _copy_batches(self, size: int, column_name: str, prefix: bytes) -> Iterator[list[bytes]]:
         """Rows from ``COPY (SELECT column FROM (query)) TO STDOUT``, read straight from libpq: one
         Python call per row. The text format has one row per line, and a newline inside a value
         arrives as the escape ``\\n``, so raw newlines always separate rows.
         """
         import psycopg
         from psycopg import pq
-        from sqlalchemy import text
 
         try:
-            with self.engine.connect() as conn:
-                names = list(conn.execute(text(f"SELECT * FROM ({self.query}) AS bloomctl_cols LIMIT 0")).keys())
-            fmt = ItemFormatter(names, self.column, None, self.prefix)
             # Only the item's column travels: no splitting here, and fewer bytes from the server.
-            column = '"' + names[fmt.index].replace('"', '""') + '"'
+            column = '"' + column_name.replace('"', '""') + '"'
             select = f"SELECT {column} FROM ({self.query}) AS bloomctl_src"
             conninfo = self.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
-            with psycopg.connect(conninfo, autocommit=True) as raw:
+            # UTF8 whatever the URL or PGCLIENTENCODING say: items are stored as UTF-8, as on the cursor path
+            with psycopg.connect(conninfo, autocommit=True, client_encoding="UTF8") as raw:
                 pgconn = raw.pgconn
                 pgconn.send_query(f"COPY ({select}) TO STDOUT".encode())
                 result = pgconn.get_result()
@@ -617,7 +661,7 @@ class SqlSource:
                             break
                         append(data)
                     if rows:
-                        yield from self._copy_items(rows, fmt.prefix)
+                        yield from self._copy_items(rows, prefix)
                 while (result := pgconn.get_result()) is not None:
                     if result.status == pq.ExecStatus.FATAL_ERROR:
                         raise SourceError(f"COPY failed: {result.get_error_message().decode(errors='replace').strip()}")

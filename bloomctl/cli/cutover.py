@@ -62,7 +62,7 @@ def swap_command(
     if manifest is not None:
         if standby is not None:
             raise UsageError("a sharded filter swaps each member with its own standby: leave out --standby")
-        with FilterLock(app.client, key, command="bloomctl swap"):
+        with FilterLock(app.client, key, command="bloomctl swap") as lock:
             _confirm(f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?", yes)
             replaced = sharding.swap_sharded(
                 app.client,
@@ -71,6 +71,7 @@ def swap_command(
                 keep_old_seconds=keep_old,
                 min_ratio=min_ratio,
                 allow_shrink=allow_shrink,
+                lock=lock,
             )
         if output_format == "json":
             emit_json(
