@@ -196,11 +196,11 @@ class CsvSource:
             self.codec = codecs.lookup(encoding).name
         except LookupError:
             raise UsageError(f"unknown --encoding {encoding!r}") from None
-        if (
-            "\n,;\t|".encode(encoding) != b"\n,;\t|"
-            or self.codec.startswith("utf-16")
-            or self.codec.startswith("utf-32")
-        ):
+        try:
+            ascii_compatible = "\n,;\t|".encode(encoding) == b"\n,;\t|"
+        except LookupError:  # a codec that is not a text encoding (rot13, base64, ...)
+            ascii_compatible = False
+        if not ascii_compatible or self.codec.startswith(("utf-16", "utf-32")):
             raise UsageError(
                 f"--encoding {encoding}: only ASCII-compatible encodings (utf-8, latin-1, cp1252, ...); "
                 "convert the file with iconv first"

@@ -340,7 +340,9 @@ def test_swap_keep_old_limits(pair):
     tiny = target.cli("swap", "users", "--yes", "--keep-old", "0.0001", "--format", "json")
     assert tiny.exit_code == 0
     data = json.loads(tiny.stdout)
-    assert data["old"] == family.old.decode() and data["keep_old_seconds"] == 0.0001  # kept (1 ms), as it says
+    # what it reports; that 0.0001 s really becomes PEXPIRE 1 (not 0, which would unlink) is
+    # test_swap_atomic.py::test_keep_old_bounds's job: a 1 ms key cannot be observed reliably from here
+    assert data["old"] == family.old.decode() and data["keep_old_seconds"] == 0.0001
 
 
 @pytest.mark.parametrize("key", ["x[/b]", "[red]hi", "tab\there"])

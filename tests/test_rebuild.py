@@ -526,3 +526,56 @@ def test_a_lost_lock_stops_the_swap(target, tmp_path):
     with pytest.raises(StateConflict, match="lost the lock"):
         rebuild(target.client, server, "users", CsvSource(path), options, events=steal)
     assert members(target, "users", ["keep-me", "user:1"]) == [True, False]
+
+
+def test_a_full_nonscaling_standby_says_so(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 500)
+    if target.backend.name == "bitmap":
+        pytest.skip("a bitmap filter keeps accepting items past its capacity (by design)")
+    result = target.cli("rebuild", "full", "--from-csv", path, "-c", "100", "-e", "1%", "--nonscaling")
+    assert result.exit_code == 5 and "reached its capacity" in result.stderr
+
+
+def test_a_standby_taken_over_by_another_run_is_not_marked(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 1000)
+    server = detect(target.client)
+    meta_key = KeyFamily.of("users").standby_meta
+
+    def take_over(message, fields):
+        if fields.get("phase") == "verify":  # another run replaced the standby (its generation)
+            target.client.hset(meta_key, "generation", "another-run")
+
+    from bloomctl.errors import StateConflict
+
+    options = RebuildOptions(capacity=5000, error_rate=0.01, nonscaling=target.backend.name == "bitmap")
+    with pytest.raises(StateConflict, match="replaced by another run"):
+        rebuild(target.client, server, "users", CsvSource(path), options, events=take_over)
+    assert lifecycle.read_metadata(target.client, meta_key)["state"] == "loading"
+
+
+def test_stdin_with_a_bad_column_leaves_a_waiting_standby_alone(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 800)
+    assert (
+        target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name).exit_code == 0
+    )
+    standby = KeyFamily.of("users").standby
+    before = target.card(standby)
+    with open(path) as f:
+        result = target.cli(
+            "rebuild", "users", "--from-csv", "-", "--column", "nope", "-c", "2000", "-e", "1%", input=f.read()
+        )
+    assert result.exit_code == 2 and "no column" in result.stderr
+    assert target.card(standby) == before
+
+
+def test_odd_inputs_are_one_line_errors(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 10)
+    rot = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--encoding", "rot13")
+    assert rot.exit_code == 2 and len(rot.stderr.strip().splitlines()) == 1
+    secret = tmp_path / "pw"
+    secret.write_bytes(b"\xff\xfe not utf-8")
+    pw = target.cli("--password-file", str(secret), "info", "users")
+    assert pw.exit_code == 2 and "not UTF-8" in pw.stderr
+    target.client.hset("damaged", mapping={"bloomctl": "sharded-filter", "format": "1", "routing": "crc32-mod-n"})
+    damaged = target.cli("info", "damaged")
+    assert damaged.exit_code == 5 and "damaged" in damaged.stderr

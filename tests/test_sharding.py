@@ -340,3 +340,16 @@ def test_dual_writes_reach_the_standby_first_and_never_create_one(target, tmp_pa
     assert target.cli("swap", "single", "--yes").exit_code == 0
     assert target.cli("swap", "sharded", "--yes").exit_code == 0
     assert single.exists("late") and sharded.mexists(["late-a", "late-b"]) == [True, True]
+
+
+def test_a_sharded_swap_is_not_finished_with_standbys_of_another_rebuild(target, tmp_path):
+    path = write_csv(tmp_path / "u.csv", 900)
+    build_sharded(target, path)
+    assert target.cli("rebuild", "users", "--from-csv", path).exit_code == 0  # standbys of generation G2
+    manifest = read_manifest(target.client, "users")
+    first = KeyFamily.of(manifest.members[0])
+    target.client.unlink(first.standby)  # as if shard 0 had been swapped ...
+    target.client.hset(first.meta, "generation", "G1-some-other-run")  # ... by a different rebuild
+    result = target.cli("swap", "users", "--yes")
+    assert result.exit_code == 5 and "does not exist" in result.stderr
+    assert all(target.client.exists(KeyFamily.of(m).standby) for m in manifest.members[1:])  # nothing moved
