@@ -159,21 +159,14 @@ class Loader:
         reply = target.conn.read_response()
         if isinstance(reply, Exception):
             raise reply
-        failed = [flag for flag in reply if isinstance(flag, Exception)]
-        if failed:  # BF.INSERT stops at the first error: a shorter reply, its last element the error
-            detail = str(failed[0])
+        added = reply.count(1)  # list.count runs in C: this path is hot, so no Python loop on success
+        if len(reply) != expected or (added != expected and added + reply.count(0) != expected):
+            # BF.INSERT stops at the first error (a shorter reply ending in it); anything else is unexpected
+            errors = [flag for flag in reply if isinstance(flag, Exception)]
+            detail = str(errors[0]) if errors else f"{len(reply)} results for a batch of {expected}: {reply[:3]}"
             if "full" in detail:
                 detail += ": the filter reached its capacity (raise --capacity or the headroom)"
             raise StateConflict(f"writing to {to_display(target.key)!r} failed: {detail}")
-        if len(reply) != expected:
-            raise StateConflict(f"the server answered {len(reply)} results for a batch of {expected}")
-        added = reply.count(1)  # list.count runs in C: this loop is hot
-        if added != expected and added + reply.count(0) != expected:
-            errors = [flag for flag in reply if isinstance(flag, Exception)] or [f"unexpected reply {reply[:3]}"]
-            detail = str(errors[0])
-            if "full" in detail:
-                detail += ": the filter reached its capacity (raise --capacity or the headroom)"
-            raise StateConflict(f"writing to {to_display(target.key)!r} failed for {len(errors)} item(s): {detail}")
         self.stats.added += added
         self.stats.duplicates += expected - added
         if self.progress is not None:
