@@ -66,8 +66,11 @@ class Reporter:
 
 
 def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
-    if value is None or value.strip().lower() == "auto":
-        return value and "auto"
+    """A number, "auto", or None (the active filter's capacity, else auto)."""
+    if value is None:
+        return None
+    if value.strip().lower() == "auto":
+        return "auto"
     return _parse_capacity(ctx, param, value)
 
 
