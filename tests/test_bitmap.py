@@ -223,6 +223,14 @@ def test_readme_redis_cli_example(cli_plain, plain):
     assert rcli("FCALL_RO", "bloomctl_exists", "1", "users", "user:42") == "1"
     assert rcli("FCALL_RO", "bloomctl_mexists", "1", "users", "user:42", "user:43").split() == ["1", "0"]
     assert rcli("FCALL_RO", "bloomctl_card", "1", "users") == "1"
+    # a missing key is an error, not a silent nil: the README's dual-write recipe relies on it
+    missing = subprocess.run(
+        ["redis-cli", "-p", str(plain.port), "FCALL", "bloomctl_add", "1", "nosuch", "x"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "not found" in missing.stdout + missing.stderr and not plain.client().exists("nosuch")
 
 
 def test_unsupported_server_message_for_outdated_is_typed(plain):

@@ -5,7 +5,7 @@
 -- Positions of an item: hex = SHA1(item); h1 = first 12 hex digits, h2 = next 12 (48-bit integers);
 -- p0 = h1 mod m, step = h2 mod m (1 if that is 0), p(i+1) = (p(i) + step) mod m, for i < k.
 
-local LIB_VERSION = 1
+local LIB_VERSION = 2
 local FORMAT = 1
 local SCHEME = 1
 local MAGIC = 'bloomctl'
@@ -134,12 +134,20 @@ local function mexists(keys, args)
   return result
 end
 
+-- The single-item forms answer the first flag, or pass the error on (indexing it would answer nil).
+local function first(reply)
+  if reply.err then
+    return reply
+  end
+  return reply[1]
+end
+
 local function add(keys, args)
-  return madd(keys, {args[1]})[1]
+  return first(madd(keys, {args[1]}))
 end
 
 local function exists(keys, args)
-  return mexists(keys, {args[1]})[1]
+  return first(mexists(keys, {args[1]}))
 end
 
 local function info(keys, args)

@@ -23,7 +23,7 @@ from bloomctl.keys import to_display
 from bloomctl.planner import Plan
 
 LIBRARY_NAME = "bloomctl"
-LIBRARY_VERSION = 1
+LIBRARY_VERSION = 2  # 2: bloomctl_add/exists pass errors on instead of answering nil
 FORMAT_VERSION = 1
 MAGIC = b"bloomctl"
 HEADER_BYTES = 64
