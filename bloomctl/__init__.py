@@ -1,8 +1,76 @@
 """bloomctl: the lifecycle of Bloom filters kept in Redis.
 
-The package is a library first; ``bloomctl.cli`` is a thin Click adapter over it.
-Heavy dependencies (redis, rich, tqdm) are imported lazily by the modules that need them,
-so ``bloomctl --help`` starts fast.
+The package is a library first; ``bloomctl.cli`` is a thin Click adapter over it. The public
+names below load lazily (PEP 562), so ``import bloomctl`` and ``bloomctl --help`` stay fast:
+
+    from bloomctl import Filter, ShardedFilter, open_filter, plan, connect, settings_from
+
+See docs/python-api.md.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# name -> the module that defines it
+_PUBLIC = {
+    "Filter": "bloomctl.filters",
+    "ShardedFilter": "bloomctl.filters",
+    "open_filter": "bloomctl.filters",
+    "plan": "bloomctl.planner",
+    "Plan": "bloomctl.planner",
+    "connect": "bloomctl.connection",
+    "settings_from": "bloomctl.connection",
+    "detect": "bloomctl.server",
+    "KeyFamily": "bloomctl.keys",
+    "FilterLock": "bloomctl.lock",
+    "RebuildOptions": "bloomctl.rebuild",
+    "open_source": "bloomctl.sources",
+    "BloomctlError": "bloomctl.errors",
+    "ExitCode": "bloomctl.errors",
+}
+
+__all__ = [  # noqa: RUF022 - in the order of _PUBLIC
+    "__version__",
+    "Filter",
+    "ShardedFilter",
+    "open_filter",
+    "plan",
+    "Plan",
+    "connect",
+    "settings_from",
+    "detect",
+    "KeyFamily",
+    "FilterLock",
+    "RebuildOptions",
+    "open_source",
+    "BloomctlError",
+    "ExitCode",
+]
+
+if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checkers and editors
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.errors import BloomctlError, ExitCode
+    from bloomctl.filters import Filter, ShardedFilter, open_filter
+    from bloomctl.keys import KeyFamily
+    from bloomctl.lock import FilterLock
+    from bloomctl.planner import Plan, plan
+    from bloomctl.rebuild import RebuildOptions
+    from bloomctl.server import detect
+    from bloomctl.sources import open_source
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bloomctl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -12,14 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import ConnectionFailed, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import redis
 
-DEFAULT_URL = "redis://localhost:6379/0"
-URL_ENV = "BLOOMCTL_URL"
-PASSWORD_ENV = "BLOOMCTL_PASSWORD"
 SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -60,9 +58,9 @@ def read_password_file(path: str | os.PathLike[str]) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read --password-file {os.fspath(path)!r}: {exc.strerror}") from None
+        raise UsageError(f"cannot read `password_file` {os.fspath(path)!r}: {exc.strerror}") from None
     except UnicodeDecodeError:
-        raise UsageError(f"--password-file {os.fspath(path)!r} is not UTF-8 text") from None
+        raise UsageError(f"`password_file` {os.fspath(path)!r} is not UTF-8 text") from None
     return text.rstrip("\r\n")
 
 
@@ -74,8 +72,8 @@ class ConnectionSettings:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
-    connect_timeout: float = 5.0
-    timeout: float = 30.0
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    timeout: float = DEFAULT_TIMEOUT
 
     def __repr__(self) -> str:  # never show the password, not even in a traceback
         return f"ConnectionSettings(url={self.redacted_url!r}, cluster={self.cluster})"
@@ -89,14 +87,14 @@ class ConnectionSettings:
             parts = urlsplit(self.url)
             has_password = bool(parts.password)
         except ValueError as exc:
-            raise UsageError(f"invalid --url {self.redacted_url}: {exc}") from None
+            raise UsageError(f"invalid `url` {self.redacted_url}: {exc}") from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             raise UsageError(
                 f"unsupported URL scheme {scheme!r} in {self.redacted_url}: use redis://, rediss:// or unix://"
             )
         if (self.tls_ca or self.tls_cert or self.tls_key) and scheme != "rediss":
-            raise UsageError("--tls-ca/--tls-cert/--tls-key need a rediss:// URL")
+            raise UsageError("`tls_ca`/`tls_cert`/`tls_key` need a rediss:// URL")
         kwargs: dict[str, Any] = {
             "socket_connect_timeout": self.connect_timeout,
             "socket_timeout": self.timeout,
@@ -121,8 +119,8 @@ def settings_from(
     tls_ca: str | None = None,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-    connect_timeout: float = 5.0,
-    timeout: float = 30.0,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,
     environ: dict[str, str] | None = None,
 ) -> ConnectionSettings:
     """Resolve the connection: flag > environment > default, for the URL and the password."""
@@ -163,7 +161,7 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
     except redis.exceptions.RedisError as exc:
         raise connection_error(exc, settings) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
-        raise UsageError(f"invalid --url {settings.redacted_url}: {_scrub(str(exc), settings)}") from None
+        raise UsageError(f"invalid `url` {settings.redacted_url}: {_scrub(str(exc), settings)}") from None
 
 
 def _answers_moved(client: Any) -> bool:
@@ -182,7 +180,7 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
     from redis.cluster import RedisCluster
 
     if urlsplit(settings.url).scheme.lower() == "unix":
-        raise UsageError("a Redis Cluster is reached over TCP: use a redis:// or rediss:// URL with --cluster")
+        raise UsageError("a Redis Cluster is reached over TCP: use a redis:// or rediss:// URL with `cluster`")
     client = RedisCluster.from_url(settings.url, **kwargs)
     client.ping(target_nodes=RedisCluster.DEFAULT_NODE)  # not ALL_NODES: a failed replica must not stop us
     return client
@@ -203,10 +201,10 @@ def connection_error(exc: Exception, settings: ConnectionSettings) -> Connection
     where = settings.redacted_url
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
         return ConnectionFailed(
-            f"authentication failed at {where} (check the URL's user and password, {PASSWORD_ENV} or --password-file)"
+            f"authentication failed at {where} (check the URL's user and password, {PASSWORD_ENV} or `password_file`)"
         )
     if isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc):
-        return ConnectionFailed(f"{where} requires a password: put it in the URL, {PASSWORD_ENV} or --password-file")
+        return ConnectionFailed(f"{where} requires a password: put it in the URL, {PASSWORD_ENV} or `password_file`")
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return ConnectionFailed(
             f"the server at {where} denies this user a command bloomctl needs: {_scrub(str(exc), settings)}"

@@ -1,4 +1,43 @@
-"""Defaults and limits shared by the library and the command line (a light module: no imports)."""
+"""Defaults and limits shared by the library and the command line (a light module: no imports).
 
+The CLI shows these in ``--help`` and the library uses them as parameter defaults: change a
+number here and both follow.
+"""
+
+AUTO = "auto"  # --backend auto, --capacity auto
+
+# --- connection ---------------------------------------------------------------------------------
+DEFAULT_URL = "redis://localhost:6379/0"
+URL_ENV = "BLOOMCTL_URL"
+PASSWORD_ENV = "BLOOMCTL_PASSWORD"
+BACKEND_ENV = "BLOOMCTL_BACKEND"
+DB_URL_ENV = "BLOOMCTL_DB_URL"
+DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds to wait for a connection
+DEFAULT_TIMEOUT = 30.0  # seconds to wait for a reply
+
+# --- sizing -------------------------------------------------------------------------------------
+DEFAULT_EXPANSION = 2  # RedisBloom's own default growth factor
+MAX_SHARDS = 1024  # members of one sharded filter
+
+# --- swap ---------------------------------------------------------------------------------------
 DEFAULT_MIN_RATIO = 0.5  # swap refuses a standby with fewer items than this fraction of the active filter's
-MAX_KEEP_OLD_SECONDS = 10 * 365 * 24 * 3600  # the longest --keep-old (PEXPIRE must not overflow)
+MAX_KEEP_OLD_SECONDS = 10 * 365 * 24 * 3600  # the longest keep-old (PEXPIRE must not overflow)
+DEFAULT_LOCK_TTL_MS = 30_000  # a dead holder's lock expires after this; a live one renews it
+
+# --- rebuild ------------------------------------------------------------------------------------
+DEFAULT_BATCH_SIZE = 5000  # items per BF.INSERT / FCALL
+DEFAULT_WINDOW = 4  # batches in flight per connection
+DEFAULT_VERIFY_SAMPLE = 10_000  # random source items checked in the standby before a swap
+DEFAULT_HEADROOM = 2.0  # capacity auto = counted rows x headroom
+MAX_HEADROOM = 1000.0
+DEFAULT_CATCHUP_SKEW = 60.0  # seconds subtracted from the load start for the SQL catch-up
+MAX_CATCHUP_SKEW = 7 * 24 * 3600.0
+
+# --- sources ------------------------------------------------------------------------------------
+DEFAULT_DELIMITER = ","
+DEFAULT_ENCODING = "utf-8"
+DEFAULT_SKIP_BAD_ROWS = 0
+
+# --- fill-ratio ---------------------------------------------------------------------------------
+DEFAULT_WARN = 0.8  # WARN above this fill ratio (or the max, when that is lower)
+DEFAULT_MAX_FILL = 1.0  # OVER (exit 1) above this fill ratio

@@ -1,7 +1,10 @@
 """Typed exceptions of the library and the exit code each one maps to at the CLI edge.
 
 The library raises these; only ``bloomctl.cli`` turns them into a message on stderr and
-an exit code. The codes are a public interface documented in the README.
+an exit code. The codes are a public interface documented in docs/commands.md.
+
+Messages name the library's parameters in backticks (`` `capacity` ``, `` `allow_shrink` ``):
+a Python caller reads the keyword to pass, and the CLI shows the matching flag (``--capacity``).
 """
 
 from __future__ import annotations

@@ -10,16 +10,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bloomctl import backends, sharding
+from bloomctl import backends
 from bloomctl.backends import FilterState
+from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
+from bloomctl.manifest import is_member_name, read_manifest, select_manifests
+from bloomctl.sharded import ShardedState
+from bloomctl.topology import primaries
 
 GLOB_CHARS = frozenset(b"*?[")
 COMPANION_SUFFIXES = (b":standby", b":old")
 
 OK, WARN, OVER, MISSING = "ok", "warn", "over", "missing"
-DEFAULT_WARN = 0.8
 
 
 def is_pattern(key: str | bytes) -> bool:
@@ -29,16 +33,10 @@ def is_pattern(key: str | bytes) -> bool:
 def is_companion(key: bytes) -> bool:
     """Keys reported through another: standby and old keys (they end in a role and always carry a
     hash tag), and the members of sharded filters (reported through their manifest)."""
-    return (key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None) or sharding.is_member_name(key)
+    return (key.endswith(COMPANION_SUFFIXES) and hash_tag(key) is not None) or is_member_name(key)
 
 
-def _primaries(client: Any) -> list[Any]:
-    if hasattr(client, "get_primaries"):
-        return [client.get_redis_connection(node) for node in client.get_primaries()]
-    return [client]
-
-
-def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[bytes]:
+def scan_filters(client: RedisClient, pattern: bytes, count: int = 1000) -> Iterator[bytes]:
     """Keys matching ``pattern`` that hold a filter of any backend, on every master of a cluster.
 
     SCAN ... TYPE narrows the keyspace per backend; strings are then checked for the bitmap
@@ -46,8 +44,8 @@ def scan_filters(client: Any, pattern: bytes, count: int = 1000) -> Iterator[byt
     """
     seen: set[bytes] = set()
     selectors = [(b.redis_type, b.select) for b in map(backends.get, backends.names())]
-    selectors.append((b"hash", sharding.select_manifests))
-    for node in _primaries(client):
+    selectors.append((b"hash", select_manifests))
+    for node in primaries(client):
         for redis_type, select in selectors:
             page: list[bytes] = []
             for key in node.scan_iter(match=pattern, count=count, _type=redis_type):
@@ -65,7 +63,7 @@ def _keep(keys: list[bytes], seen: set[bytes]) -> Iterator[bytes]:
             yield key
 
 
-def resolve_keys(client: Any, keys: list[str | bytes]) -> list[bytes]:
+def resolve_keys(client: RedisClient, keys: list[str | bytes]) -> list[bytes]:
     """Expand patterns (a key with glob characters that exists as written is taken literally).
 
     A plain key is kept even when missing, and so is a pattern that matches nothing: each gets a
@@ -84,21 +82,26 @@ def resolve_keys(client: Any, keys: list[str | bytes]) -> list[bytes]:
 
 @dataclass(frozen=True)
 class Thresholds:
-    warn: float | None = None  # None: 0.8, or --max when that is lower
-    max: float = 1.0
+    warn: float | None = None  # None: DEFAULT_WARN, or max when that is lower
+    max: float = DEFAULT_MAX_FILL
     max_fpr: float | None = None
 
     def __post_init__(self) -> None:
         if self.warn is None:
             object.__setattr__(self, "warn", min(DEFAULT_WARN, self.max))
-        if not self.warn > 0:
-            raise UsageError(f"--warn must be positive, got {self.warn}")
+        if not self.warn_at > 0:
+            raise UsageError(f"`warn` must be positive, got {self.warn}")
         if not self.max > 0:
-            raise UsageError(f"--max must be positive, got {self.max}")
-        if self.warn > self.max:
-            raise UsageError(f"--warn ({self.warn}) must not be above --max ({self.max})")
+            raise UsageError(f"`max` must be positive, got {self.max}")
+        if self.warn_at > self.max:
+            raise UsageError(f"`warn` ({self.warn}) must not be above `max` ({self.max})")
         if self.max_fpr is not None and not 0 < self.max_fpr < 1:
-            raise UsageError(f"--max-fpr must be strictly between 0 and 1, got {self.max_fpr}")
+            raise UsageError(f"`max_fpr` must be strictly between 0 and 1, got {self.max_fpr}")
+
+    @property
+    def warn_at(self) -> float:
+        """The warn threshold in effect (``warn``, or its default once resolved)."""
+        return min(DEFAULT_WARN, self.max) if self.warn is None else self.warn
 
 
 @dataclass(frozen=True)
@@ -125,21 +128,23 @@ def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
     if limits.max_fpr is not None and fpr is not None and fpr > limits.max_fpr:
         status = OVER
         reasons.append(f"estimated FPR {fpr:.3g} > max {limits.max_fpr:.3g}")
-    if status == OK and state.fill_ratio > limits.warn:
+    if status == OK and state.fill_ratio > limits.warn_at:
         status = WARN
-        reasons.append(f"fill {state.fill_ratio:.1%} > warn {limits.warn:.1%}")
+        reasons.append(f"fill {state.fill_ratio:.1%} > warn {limits.warn_at:.1%}")
     return FillReport(key, state, status, tuple(reasons))
 
 
-def measure(client: Any, key: bytes, *, exact: bool = False) -> FilterState:
-    manifest = sharding.read_manifest(client, key)
+def measure(client: RedisClient, key: bytes, *, exact: bool = False) -> FilterState:
+    manifest = read_manifest(client, key)
     if manifest is not None:
-        return sharding.ShardedState.of([measure(client, member, exact=exact) for member in manifest.members])
+        return ShardedState.of([measure(client, member, exact=exact) for member in manifest.members])
     backend = backends.for_key(client, key)
     return backend.bit_fill(client, key) if exact else backend.info(client, key)
 
 
-def fill_ratio(client: Any, keys: list[str | bytes], limits: Thresholds, *, exact: bool = False) -> list[FillReport]:
+def fill_ratio(
+    client: RedisClient, keys: list[str | bytes], limits: Thresholds, *, exact: bool = False
+) -> list[FillReport]:
     reports = []
     for key in resolve_keys(client, keys):
         try:

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.backends import Backend
+from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_WINDOW
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
-
-DEFAULT_BATCH_SIZE = 5000
-DEFAULT_WINDOW = 4
+from bloomctl.routing import route
+from bloomctl.topology import node_client
 
 Progress = Callable[[int], None]  # called with the number of items written so far
 
@@ -47,13 +48,6 @@ class LoadStats:
             "seconds": round(self.seconds, 3),
             "items_per_second": round(self.rate),
         }
-
-
-def node_client(client: Any, key: bytes) -> Any:
-    """The client of the node that holds ``key`` (the client itself when standalone)."""
-    if hasattr(client, "get_node_from_key"):
-        return client.get_redis_connection(client.get_node_from_key(key))
-    return client
 
 
 def _packer() -> Callable[[tuple[Any, ...]], bytes] | None:
@@ -100,7 +94,7 @@ class _Target:
 class Loader:
     def __init__(
         self,
-        client: Any,
+        client: RedisClient,
         backend: Backend,
         keys: bytes | Sequence[bytes],
         *,
@@ -118,8 +112,6 @@ class Loader:
         self.stats = LoadStats(per_key=[0] * len(self.keys))
 
     def load(self, batches: Iterable[list[bytes]]) -> LoadStats:
-        from bloomctl.sharding import route
-
         targets: list[_Target] = []
         started = time.perf_counter()
         broken = True
@@ -165,7 +157,7 @@ class Loader:
             errors = [flag for flag in reply if isinstance(flag, Exception)]
             detail = str(errors[0]) if errors else f"{len(reply)} results for a batch of {expected}: {reply[:3]}"
             if "full" in detail:
-                detail += ": the filter reached its capacity (raise --capacity or the headroom)"
+                detail += ": the filter reached its capacity (raise `capacity` or `headroom`)"
             raise StateConflict(f"writing to {to_display(target.key)!r} failed: {detail}")
         self.stats.added += added
         self.stats.duplicates += expected - added

@@ -15,12 +15,11 @@ import secrets
 import socket
 import threading
 from datetime import UTC, datetime
-from typing import Any
 
+from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_LOCK_TTL_MS
 from bloomctl.errors import LockHeld, StateConflict
 from bloomctl.keys import KeyFamily, to_display
-
-DEFAULT_TTL_MS = 30_000
 
 RENEW_LUA = """
 local value = redis.call('GET', KEYS[1])
@@ -53,7 +52,7 @@ class FilterLock:
     """A context manager: acquire on enter (or raise LockHeld), renew in the background, release on exit."""
 
     def __init__(
-        self, client: Any, key: str | bytes, *, command: str = "bloomctl", ttl_ms: int = DEFAULT_TTL_MS
+        self, client: RedisClient, key: str | bytes, *, command: str = "bloomctl", ttl_ms: int = DEFAULT_LOCK_TTL_MS
     ) -> None:
         self.client = client
         self.family = KeyFamily.of(key)

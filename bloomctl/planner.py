@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
+from bloomctl.defaults import DEFAULT_EXPANSION, MAX_SHARDS
 from bloomctl.errors import UsageError
 
 # RedisBloom's own truncated constants (bloom.c), not math.log(2): for error rates that are powers
@@ -21,7 +24,6 @@ from bloomctl.errors import UsageError
 LN2 = 0.693147180559945
 LN2_SQUARED = 0.480453013918201
 ERROR_TIGHTENING_RATIO = 0.5  # RedisBloom sb.c: every sub-filter of a scaling chain halves the error
-DEFAULT_EXPANSION = 2
 CHAIN_OVERHEAD_BYTES = 32  # sizeof(SBChain): filters pointer, size, nfilters, options, growth
 LINK_OVERHEAD_BYTES = 64  # sizeof(SBLink): struct bloom (56) + the link's item count (8)
 MAX_SUBFILTERS_BEFORE_WARNING = 4
@@ -64,7 +66,7 @@ def parse_error_rate(text: str | float) -> float:
 
 def validate_expansion(expansion: int) -> int:
     if expansion < 1:
-        raise UsageError(f"expansion must be at least 1, got {expansion}")
+        raise UsageError(f"`expansion` must be at least 1, got {expansion}")
     return expansion
 
 
@@ -124,7 +126,7 @@ class Plan:
     def _grow(self, first: SubFilter) -> tuple[SubFilter, ...]:
         """Sub-filters RedisBloom will have created once ``items`` distinct items are added."""
         chain = [first]
-        if self.items is None or not self.scaling:
+        if self.items is None or self.expansion is None:
             return tuple(chain)
         total = first.capacity
         while total < self.items and len(chain) < MAX_CHAIN:
@@ -177,7 +179,7 @@ class Plan:
             verb = "overfills" if self.items > self.capacity else "fills"
             notes.append(
                 f"{self.items:,} items {verb} this NONSCALING filter to {self.items / self.capacity:.0%} of "
-                f"capacity: raise --capacity to at least {math.ceil(self.items / NONSCALING_WARN_FILL):,}"
+                f"capacity: raise `capacity` to at least {math.ceil(self.items / NONSCALING_WARN_FILL):,}"
                 + (f"; {when_full}" if self.items > self.capacity else "")
             )
         if self.scaling and self.total_capacity < self.items:
@@ -197,8 +199,8 @@ class Plan:
             )
         return notes
 
-    def as_dict(self) -> dict:
-        data = {
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "capacity": self.capacity,
             "error_rate": self.error_rate,
             "expansion": self.expansion,
@@ -238,11 +240,39 @@ def estimated_fpr(items: int, bits: int, hashes: int) -> float:
 def plan(capacity: int, error_rate: float, expansion: int | None = DEFAULT_EXPANSION, items: int | None = None) -> Plan:
     """Validate the inputs and size the filter. ``expansion=None`` means NONSCALING."""
     if capacity < 1:
-        raise UsageError(f"capacity must be at least 1, got {capacity}")
+        raise UsageError(f"`capacity` must be at least 1, got {capacity}")
     if not 0 < error_rate < 1:
-        raise UsageError(f"error rate must be strictly between 0 and 1, got {error_rate}")
+        raise UsageError(f"`error_rate` must be strictly between 0 and 1, got {error_rate}")
     if expansion is not None:
         validate_expansion(expansion)
     if items is not None and items < 0:
-        raise UsageError(f"items must not be negative, got {items}")
+        raise UsageError(f"`items` must not be negative, got {items}")
     return Plan(capacity=capacity, error_rate=error_rate, expansion=expansion, items=items)
+
+
+# --- sharded filters ----------------------------------------------------------------------------
+
+
+def validate_shards(shards: int) -> int:
+    if not 1 <= shards <= MAX_SHARDS:
+        raise UsageError(f"`shards` must be between 1 and {MAX_SHARDS}, got {shards}")
+    return shards
+
+
+def shard_plan(total: Plan, shards: int) -> Plan:
+    """The plan of one member: the total capacity split evenly (rounded up), the same error rate."""
+    validate_shards(shards)
+    per_shard = max(math.ceil(total.capacity / shards), 1)
+    items = None if total.items is None else math.ceil(total.items / shards)
+    return plan(per_shard, total.error_rate, total.expansion, items)
+
+
+def suggest_shards(total: Plan, max_shard_bytes: int, size_of: Callable[[Plan], int]) -> int:
+    """The fewest shards whose members each need at most ``max_shard_bytes`` (as ``size_of`` sizes
+    them), up to the shard limit."""
+    if max_shard_bytes <= 0:
+        raise UsageError("`max_shard_memory` must be positive")
+    shards = min(max(math.ceil(size_of(total) / max_shard_bytes), 1), MAX_SHARDS)
+    while shards < MAX_SHARDS and size_of(shard_plan(total, shards)) > max_shard_bytes:
+        shards += 1  # per-shard overhead and rounding can need one more
+    return shards

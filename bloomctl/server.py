@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bloomctl.client import RedisClient
 from bloomctl.errors import UnsupportedServer
+from bloomctl.topology import default_node, is_cluster
 
 BF_COMMANDS = (
     "bf.reserve",
@@ -26,7 +28,7 @@ BF_COMMANDS = (
 
 NO_BLOOM_HELP = (
     "load RedisBloom (redis.conf: loadmodule /path/to/redisbloom.so), run Redis 8 (BF.* built in) or "
-    "Redis Stack, or use the module-free --backend bitmap"
+    "Redis Stack, or use the module-free bitmap backend (`backend` bitmap)"
 )
 
 
@@ -75,13 +77,12 @@ def _format_module_version(ver: int) -> str:
     return f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}"
 
 
-def detect(client: Any) -> ServerInfo:
-    from redis.cluster import RedisCluster
+def detect(client: RedisClient) -> ServerInfo:
     from redis.exceptions import NoPermissionError
 
-    cluster = isinstance(client, RedisCluster)
+    cluster = is_cluster(client)
     # Every node of a cluster runs the same build: ask one (keyless commands need a target there).
-    node = {"target_nodes": client.get_default_node()} if cluster else {}
+    node = default_node(client)
     try:
         info = client.execute_command("INFO", "server", **node)
     except NoPermissionError:  # ACL users are often denied @dangerous commands such as INFO
@@ -127,7 +128,7 @@ def detect(client: Any) -> ServerInfo:
     return ServerInfo(product, version, flavour, module_version, commands, cluster)
 
 
-def _probe_bloom(client: Any) -> frozenset[str]:
+def _probe_bloom(client: RedisClient) -> frozenset[str]:
     """Without COMMAND, ask BF.INFO about a key that does not exist: 'not found' means BF.* is there."""
     from redis.exceptions import ResponseError
 

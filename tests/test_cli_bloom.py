@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bloomctl import backends
 from bloomctl.keys import KeyFamily
-from bloomctl.lifecycle import read_metadata
+from bloomctl.metadata import read_metadata
 from bloomctl.planner import plan
 from tests.bloom_model import ModelChain
 

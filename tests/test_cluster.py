@@ -7,10 +7,10 @@ import pytest
 from bloomctl import lifecycle
 from bloomctl.connection import connect, settings_from
 from bloomctl.fill import Thresholds, fill_ratio
+from bloomctl.filters import Filter
 from bloomctl.keys import KeyFamily, key_slot
 from bloomctl.planner import plan
 from bloomctl.server import detect
-from bloomctl.sharding import Filter
 
 pytestmark = pytest.mark.cluster
 
@@ -54,7 +54,7 @@ def test_commands_follow_a_slot_that_moved(cluster):
     assert [r.key for r in fill_ratio(client, ["users"], Thresholds())] == [b"users"]
     lifecycle.reserve(client, server, family.standby, plan(1000, 0.01, None), backend="bitmap")
     Filter(client, family.standby).madd(["a", "b", "c"])
-    assert lifecycle.swap(client, lifecycle.prepare_swap(client, server, "users"), keep_old_seconds=60)
+    assert lifecycle.swap(client, server, "users", keep_old_seconds=60).replaced == [True]
     assert users.exists("c")
 
 

@@ -15,13 +15,13 @@ import time
 import pytest
 import redis
 
-from bloomctl import lifecycle
+from bloomctl import single
 from bloomctl.connection import connect, settings_from
 from bloomctl.errors import StateConflict
+from bloomctl.filters import Filter
 from bloomctl.keys import KeyFamily
 from bloomctl.rebuild import RebuildOptions, rebuild
 from bloomctl.server import detect
-from bloomctl.sharding import Filter
 from bloomctl.sources import CsvSource
 from tests.servers import RedisCluster
 
@@ -110,7 +110,7 @@ def test_a_master_dies_during_a_rebuild(replicated, tmp_path):
         assert isinstance(result, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError), repr(result)
         assert all(users.mexists([f"user:{i}" for i in range(0, 20_000, 11)]))
         assert users.backend.card(fresh, b"users") >= 19_990
-        refused = lifecycle.prepare_swap  # the half-written standby on the new master is never swapped in
+        refused = single.prepare_swap  # the half-written standby on the new master is never swapped in
         with pytest.raises(StateConflict):
             refused(fresh, detect(fresh), "users", allow_shrink=True)
     else:  # completed (the dead node was not the one written to): every member present

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bloomctl import lifecycle
 from bloomctl.keys import KeyFamily
-from bloomctl.lifecycle import read_metadata
+from bloomctl.metadata import read_metadata
 from bloomctl.planner import plan
 from bloomctl.server import detect
 from tests.hammer import Hammer
@@ -316,7 +316,7 @@ def test_readers_see_every_member_through_many_swaps(target, key):
         for _ in range(60):
             target.reserve(family.standby, 1000)
             target.add(family.standby, ["member"])
-            lifecycle.swap(target.client, lifecycle.prepare_swap(target.client, server, key))
+            lifecycle.swap(target.client, server, key)
     assert hammer.calls > 60
     assert hammer.bad == []
 
@@ -361,7 +361,7 @@ def test_reserve_dry_run_makes_the_same_checks(target):
 
 
 def test_reserve_refuses_a_filter_bigger_than_free_memory(target):
-    from bloomctl.loader import node_client
+    from bloomctl.topology import node_client
 
     node = node_client(target.client, b"big")
     node.config_set("maxmemory", "50mb")

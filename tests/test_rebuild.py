@@ -10,7 +10,7 @@ import uuid
 import pytest
 import sqlalchemy
 
-from bloomctl import lifecycle
+from bloomctl import metadata
 from bloomctl.errors import LockHeld
 from bloomctl.keys import KeyFamily
 from bloomctl.lock import FilterLock
@@ -47,7 +47,7 @@ def test_rebuild_and_swap(target, tmp_path):
     assert data["verified"] == 10_000 and data["verify_mode"] == "sample"
     assert data["added"] + data["duplicates"] == 20_000
     assert all(members(target, "users", [f"user:{i}" for i in range(0, 20_000, 7)]))
-    meta = lifecycle.read_metadata(target.client, KeyFamily.of("users").meta)
+    meta = metadata.read_metadata(target.client, KeyFamily.of("users").meta)
     assert meta["capacity"] == "40000" and meta["backend"] == target.backend.name
     assert not target.client.exists(KeyFamily.of("users").standby)
     assert not target.client.exists(KeyFamily.of("users").lock)
@@ -165,7 +165,7 @@ def test_verify_catches_a_planted_miss(target, tmp_path):
 
 def test_verify_failure_exit_code(target, tmp_path, monkeypatch):
     """The CLI maps a miss to exit 7; here the sample check runs against a standby emptied behind its back."""
-    import bloomctl.rebuild as rebuild_module
+    import bloomctl.rebuild.run as rebuild_module
 
     real_verify = rebuild_module.verify
 
@@ -489,7 +489,7 @@ def test_a_failed_verification_marks_the_standby(target, tmp_path):
     )
     with pytest.raises(VerifyFailed):
         rebuild(target.client, server, "users", CsvSource(str(path)), options, events=plant)
-    assert lifecycle.read_metadata(target.client, KeyFamily.of("users").standby_meta)["state"] == "failed"
+    assert metadata.read_metadata(target.client, KeyFamily.of("users").standby_meta)["state"] == "failed"
     assert target.cli("swap", "users", "--yes").exit_code == 5
 
 
@@ -505,7 +505,7 @@ def test_bad_options_fail_before_a_waiting_standby_is_touched(target, tmp_path):
         assert result.exit_code == 2, (bad, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
     assert target.card(standby) == before
-    assert lifecycle.read_metadata(target.client, KeyFamily.of("users").standby_meta)["state"] == "verified"
+    assert metadata.read_metadata(target.client, KeyFamily.of("users").standby_meta)["state"] == "verified"
     assert target.cli("swap", "users", "--yes").exit_code == 0
 
 
@@ -550,7 +550,7 @@ def test_a_standby_taken_over_by_another_run_is_not_marked(target, tmp_path):
     options = RebuildOptions(capacity=5000, error_rate=0.01, nonscaling=target.backend.name == "bitmap")
     with pytest.raises(StateConflict, match="replaced by another run"):
         rebuild(target.client, server, "users", CsvSource(path), options, events=take_over)
-    assert lifecycle.read_metadata(target.client, meta_key)["state"] == "loading"
+    assert metadata.read_metadata(target.client, meta_key)["state"] == "loading"
 
 
 def test_stdin_with_a_bad_column_leaves_a_waiting_standby_alone(target, tmp_path):

@@ -7,9 +7,11 @@ import json
 import pytest
 
 from bloomctl import backends
+from bloomctl.filters import ShardedFilter, open_filter
 from bloomctl.keys import KeyFamily
-from bloomctl.loader import node_client
-from bloomctl.sharding import ShardedFilter, is_member_name, open_filter, read_manifest, shard_of
+from bloomctl.manifest import is_member_name, read_manifest
+from bloomctl.routing import shard_of
+from bloomctl.topology import node_client
 from tests.data import write_csv
 from tests.hammer import Hammer
 
@@ -246,13 +248,13 @@ def test_a_failed_first_sharded_build_leaves_no_manifest(target, tmp_path):
 
 
 def test_an_interrupted_sharded_swap_can_be_finished(target, tmp_path, monkeypatch):
-    from bloomctl import lifecycle
+    from bloomctl import sharded
 
     path = write_csv(tmp_path / "u.csv", 3000)
     build_sharded(target, path)
     more = write_csv(tmp_path / "v.csv", 3300)
     assert target.cli("rebuild", "users", "--from-csv", more).exit_code == 0  # verified standbys, not swapped
-    real_swap, calls = lifecycle.swap, []
+    real_swap, calls = sharded.swap, []
 
     def failing_third(client, prepared, **kw):
         calls.append(prepared.family.active)
@@ -260,10 +262,10 @@ def test_an_interrupted_sharded_swap_can_be_finished(target, tmp_path, monkeypat
             raise redis_error()
         return real_swap(client, prepared, **kw)
 
-    monkeypatch.setattr(lifecycle, "swap", failing_third)
+    monkeypatch.setattr(sharded, "swap", failing_third)
     stopped = target.cli("swap", "users", "--yes")
     assert stopped.exit_code == 5 and "stopped after 2 of 3 shards" in stopped.stderr
-    monkeypatch.setattr(lifecycle, "swap", real_swap)
+    monkeypatch.setattr(sharded, "swap", real_swap)
     filt = ShardedFilter(target.client, "users")
     assert all(filt.mexists([f"user:{i}" for i in range(0, 3000, 13)]))  # every shard answers meanwhile
     finished = target.cli("swap", "users", "--yes")
@@ -310,13 +312,13 @@ def test_reserve_sharded_if_not_exists_compares_parameters(target):
 
 
 def sharding_members(target, key: str, shards: int) -> list[bytes]:
-    from bloomctl.sharding import member_keys
+    from bloomctl.manifest import member_keys
 
     return member_keys(target.client, key.encode(), shards)
 
 
 def test_dual_writes_reach_the_standby_first_and_never_create_one(target, tmp_path):
-    from bloomctl.sharding import Filter
+    from bloomctl.filters import Filter
 
     path = write_csv(tmp_path / "u.csv", 500)
     extra = ["--backend", target.backend.name]

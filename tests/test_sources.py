@@ -91,7 +91,7 @@ def test_unicode_and_other_encodings(tmp_path):
 
 def test_bad_rows_stop_with_file_and_line(tmp_path):
     path = write(tmp_path / "p.csv", "id,name\n1,alice\n2\n3,carol\n")
-    with pytest.raises(SourceError, match=r"p\.csv:3: 1 field\(s\), column 2 needed.*--skip-bad-rows"):
+    with pytest.raises(SourceError, match=r"p\.csv:3: 1 field\(s\), column 2 needed.*`skip_bad_rows`"):
         read(CsvSource(path, column="name"))
     source = CsvSource(path, column="name", skip_bad_rows=1)
     assert read(source) == [b"alice", b"carol"]
@@ -294,7 +294,7 @@ def test_bad_header_and_template_are_clear(tmp_path):
     path = write(tmp_path / "u.csv", 'id,"na"me\n1,2\n')
     with pytest.raises(SourceError, match=r"u\.csv:1"):
         read(CsvSource(path))
-    with pytest.raises(UsageError, match="--template"):
+    with pytest.raises(UsageError, match="`template`"):
         CsvSource(write(tmp_path / "v.csv", PEOPLE), template="x{").preflight()
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily
-from bloomctl.lifecycle import atomic_rollback, atomic_swap
+from bloomctl.single import atomic_rollback, atomic_swap
 from tests.hammer import Hammer
 
 SWAPS = 300
@@ -138,7 +138,7 @@ def test_custom_standby_brings_its_own_metadata(plain):
 
 def test_keep_old_bounds():
     from bloomctl.errors import UsageError
-    from bloomctl.lifecycle import to_keep_ms
+    from bloomctl.single import to_keep_ms
 
     assert to_keep_ms(0) == 0 and to_keep_ms(0.0001) == 1 and to_keep_ms(1.5) == 1500
     for bad in (-1, float("nan"), float("inf"), 1e14):

@@ -17,10 +17,12 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from bloomctl.backends import Backend, FilterState, SubFilterState
+from bloomctl.backends.base import Backend, FilterState, SubFilterState
+from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan
+from bloomctl.topology import node_name, primaries
 
 LIBRARY_NAME = "bloomctl"
 LIBRARY_VERSION = 2  # 2: bloomctl_add/exists pass errors on instead of answering nil
@@ -105,17 +107,6 @@ def recognise(head: bytes, length: int) -> bool:
     )
 
 
-def _nodes(client: Any) -> list[Any]:
-    if hasattr(client, "get_primaries"):
-        return [client.get_redis_connection(node) for node in client.get_primaries()]
-    return [client]
-
-
-def _node_name(node: Any) -> str:
-    kwargs = node.connection_pool.connection_kwargs
-    return f"{kwargs['host']}:{kwargs['port']}" if "host" in kwargs else str(kwargs.get("path"))
-
-
 def _error(exc: Exception, key: bytes) -> Exception:
     text = str(exc)
     name = to_display(key)
@@ -136,6 +127,7 @@ class Bitmap(Backend):
     name = "bitmap"
     redis_type = b"string"
     magic = MAGIC
+    grows = False
 
     def __init__(self, mode: str | None = None) -> None:
         """``mode`` forces ``functions`` or ``script``; by default the server decides."""
@@ -144,11 +136,11 @@ class Bitmap(Backend):
 
     # --- the library on the server ---------------------------------------------------------
 
-    def detect_mode(self, client: Any) -> str:
+    def detect_mode(self, client: RedisClient) -> str:
         """Functions on Redis 7+ (FUNCTION exists), else EVALSHA."""
         if self.forced_mode:
             return self.forced_mode
-        node = _nodes(client)[0]
+        node = primaries(client)[0]
         try:
             node.execute_command("FUNCTION LIST", "LIBRARYNAME", "__bloomctl_probe__")
         except Exception as exc:  # unknown command on Redis < 7 and on servers without Functions
@@ -157,19 +149,19 @@ class Bitmap(Backend):
             raise
         return FUNCTIONS
 
-    def installed_versions(self, client: Any) -> dict[str, int | None]:
+    def installed_versions(self, client: RedisClient) -> dict[str, int | None]:
         """The library version on every primary (None: not installed)."""
         found: dict[str, int | None] = {}
-        for node in _nodes(client):
+        for node in primaries(client):
             try:
-                found[_node_name(node)] = int(node.execute_command("FCALL_RO", "bloomctl_version", 0))
+                found[node_name(node)] = int(node.execute_command("FCALL_RO", "bloomctl_version", 0))
             except Exception as exc:
                 if "not found" not in str(exc).lower():
                     raise
-                found[_node_name(node)] = None
+                found[node_name(node)] = None
         return found
 
-    def install(self, client: Any, *, force: bool = False) -> str:
+    def install(self, client: RedisClient, *, force: bool = False) -> str:
         """Load the library (Functions, REPLACE) or the script (EVALSHA) on every primary; idempotent.
 
         A newer library (from a newer bloomctl) is never downgraded unless ``force``.
@@ -180,10 +172,10 @@ class Bitmap(Backend):
             if newer:
                 raise UnsupportedServer(
                     f"a newer bloomctl installed library version {max(newer.values())} on {', '.join(newer)}: "
-                    f"upgrade bloomctl (this one has version {LIBRARY_VERSION}), or pass --force to downgrade"
+                    f"upgrade bloomctl (this one has version {LIBRARY_VERSION}), or pass `force` to downgrade"
                 )
         sha = None
-        for node in _nodes(client):
+        for node in primaries(client):
             if mode == FUNCTIONS:
                 node.execute_command("FUNCTION LOAD", "REPLACE", functions_source())
             else:
@@ -191,7 +183,7 @@ class Bitmap(Backend):
         self._modes[client] = (mode, sha)
         return mode
 
-    def ensure(self, client: Any) -> tuple[str, str | None]:
+    def ensure(self, client: RedisClient) -> tuple[str, str | None]:
         """Make sure the current library is callable; install it when absent, refuse an outdated one."""
         cached = self._modes.get(client)
         if cached:
@@ -219,14 +211,14 @@ class Bitmap(Backend):
         self._modes[client] = (FUNCTIONS, None)
         return self._modes[client]
 
-    def command(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> tuple[Any, ...]:
+    def command(self, client: RedisClient, op: str, key: bytes, *args: Any, read_only: bool = False) -> tuple[Any, ...]:
         """The command (ready for execute_command, a pipeline or hiredis.pack_command) that runs ``op`` on ``key``."""
         mode, sha = self.ensure(client)
         if mode == FUNCTIONS:
             return ("FCALL_RO" if read_only else "FCALL", f"bloomctl_{op}", 1, key, *args)
         return ("EVALSHA", sha, 1, key, op, *args)
 
-    def call(self, client: Any, op: str, key: bytes, *args: Any, read_only: bool = False) -> Any:
+    def call(self, client: RedisClient, op: str, key: bytes, *args: Any, read_only: bool = False) -> Any:
         import redis
 
         try:
@@ -241,22 +233,22 @@ class Bitmap(Backend):
 
     def check_plan(self, plan: Plan) -> Plan:
         if plan.scaling:
-            raise UsageError("bitmap filters do not grow: use --nonscaling (or leave --expansion out)")
+            raise UsageError("bitmap filters do not grow: use `nonscaling` (or leave `expansion` out)")
         if plan.first.bits > MAX_BITS:
             raise UsageError(
-                f"{plan.first.bytes:,} bytes of bits exceed Redis's 512 MB string limit: lower --capacity or raise "
-                "--error-rate, or split the set over several filters (shards)"
+                f"{plan.first.bytes:,} bytes of bits exceed Redis's 512 MB string limit: lower `capacity` or raise "
+                "`error_rate`, or split the set over several filters (shards)"
             )
         return plan
 
-    def reserve(self, client: Any, key: bytes, plan: Plan) -> None:
+    def reserve(self, client: RedisClient, key: bytes, plan: Plan) -> None:
         self.check_plan(plan)
         self.call(client, "reserve", key, plan.first.bits, plan.first.hashes, plan.capacity, repr(plan.error_rate))
 
     def size_bytes(self, plan: Plan) -> int:
         return HEADER_BYTES + plan.first.bytes
 
-    def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
+    def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
         return kind == self.redis_type and bool(self.select(client, [key]))
 
     def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
@@ -273,7 +265,7 @@ class Bitmap(Backend):
             key for key, head, length in zip(keys, replies[::2], replies[1::2], strict=True) if recognise(head, length)
         ]
 
-    def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
+    def info(self, client: RedisClient, key: bytes, *, with_header: bool = True) -> FilterState:
         raw = self.call(client, "info", key, read_only=True)
         fields = {(raw[i].decode() if isinstance(raw[i], bytes) else raw[i]): raw[i + 1] for i in range(0, len(raw), 2)}
         capacity, items = int(fields["Capacity"]), int(fields["Number of items inserted"])
@@ -282,26 +274,26 @@ class Bitmap(Backend):
         sub = SubFilterState(0, capacity, items, error_rate, int(fields["Hashes"]), bits, bits // 8)
         return FilterState(self.name, capacity, int(fields["Size"]), 1, items, None, (sub,))
 
-    def bit_fill(self, client: Any, key: bytes) -> FilterState:
+    def bit_fill(self, client: RedisClient, key: bytes) -> FilterState:
         state = self.info(client, key)
         bits_set = int(self.call(client, "bitcount", key, read_only=True))
         return replace(state, subfilters=(replace(state.subfilters[0], bits_set=bits_set),))
 
-    def card(self, client: Any, key: bytes) -> int:
+    def card(self, client: RedisClient, key: bytes) -> int:
         return int(self.call(client, "card", key, read_only=True))
 
-    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+    def madd_command(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return self.command(client, "madd", key, *items)
 
-    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+    def mexists_command(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return self.command(client, "mexists", key, *items, read_only=True)
 
-    def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    def madd(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
         return self.parse_flags(self.call(client, "madd", key, *items))
 
-    def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    def mexists(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
         return self.parse_flags(self.call(client, "mexists", key, *items, read_only=True))

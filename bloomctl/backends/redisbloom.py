@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from bloomctl.backends import Backend, FilterState, SubFilterState
+from bloomctl.backends.base import Backend, FilterState, SubFilterState
+from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan
@@ -70,7 +71,7 @@ class RedisBloom(Backend):
     name = "redisbloom"
     redis_type = b"MBbloom--"
 
-    def call(self, client: Any, key: bytes, *args: Any) -> Any:
+    def call(self, client: RedisClient, key: bytes, *args: Any) -> Any:
         import redis
 
         try:
@@ -84,19 +85,19 @@ class RedisBloom(Backend):
     def size_bytes(self, plan: Plan) -> int:
         return plan.size_bytes
 
-    def owns(self, client: Any, key: bytes, kind: bytes) -> bool:
+    def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
         return kind == self.redis_type
 
-    def reserve(self, client: Any, key: bytes, plan: Plan) -> None:
+    def reserve(self, client: RedisClient, key: bytes, plan: Plan) -> None:
         args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
         args += ["EXPANSION", plan.expansion] if plan.scaling else ["NONSCALING"]
         self.call(client, key, *args)
 
-    def info_field(self, client: Any, key: bytes, name: str) -> int | None:
+    def info_field(self, client: RedisClient, key: bytes, name: str) -> int | None:
         """``BF.INFO key CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION`` as an int (None for a NONSCALING expansion)."""
         return _info_int(self.call(client, key, "BF.INFO", key, name.upper()))
 
-    def info(self, client: Any, key: bytes, *, with_header: bool = True) -> FilterState:
+    def info(self, client: RedisClient, key: bytes, *, with_header: bool = True) -> FilterState:
         """BF.INFO, and the SCANDUMP header for the per-sub-filter numbers when the server has it."""
         raw = self.call(client, key, "BF.INFO", key)
         if isinstance(raw, dict):
@@ -124,7 +125,7 @@ class RedisBloom(Backend):
             state = replace(state, expansion=None)
         return replace(state, subfilters=tuple(subs))
 
-    def bit_fill(self, client: Any, key: bytes) -> FilterState:
+    def bit_fill(self, client: RedisClient, key: bytes) -> FilterState:
         """Stream BF.SCANDUMP and popcount every chunk: the true bit fill of each sub-filter.
 
         Memory stays at one chunk (at most 16 MiB) whatever the filter's size. Chunks never span
@@ -132,7 +133,7 @@ class RedisBloom(Backend):
         """
         state = self.info(client, key)
         if not state.subfilters:
-            raise UnsupportedServer("this server has no BF.SCANDUMP, which --exact needs")
+            raise UnsupportedServer("this server has no BF.SCANDUMP, which `exact` needs")
         counts = [0] * len(state.subfilters)
         ends = []
         total = 0
@@ -155,26 +156,26 @@ class RedisBloom(Backend):
         subs = tuple(replace(sub, bits_set=count) for sub, count in zip(state.subfilters, counts, strict=True))
         return replace(state, subfilters=subs)
 
-    def card(self, client: Any, key: bytes) -> int:
+    def card(self, client: RedisClient, key: bytes) -> int:
         try:
             return int(self.call(client, key, "BF.CARD", key))
         except UnsupportedServer:  # RedisBloom before 2.4.4: the (equal) BF.INFO count
             return self.info(client, key, with_header=False).items
 
-    def madd_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+    def madd_command(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         # BF.INSERT NOCREATE, not BF.MADD: an add must never create a filter with default parameters
         # (capacity 100) where one vanished (a replaced standby, a standby not created yet).
         return ("BF.INSERT", key, "NOCREATE", "ITEMS", *items)
 
-    def mexists_command(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
+    def mexists_command(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         return ("BF.MEXISTS", key, *items)
 
-    def madd(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    def madd(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
         return self.parse_flags(self.call(client, key, *self.madd_command(client, key, items)))
 
-    def mexists(self, client: Any, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+    def mexists(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:
             return []
         return self.parse_flags(self.call(client, key, *self.mexists_command(client, key, items)))

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import click
 
 from bloomctl import __version__
 from bloomctl.cli.context import AppContext
+from bloomctl.cli.render import to_flags
+from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import BloomctlError, ExitCode
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _fail(code: int, message: str) -> None:
-    click.echo(f"bloomctl: error: {message}", err=True)
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"bloomctl: error: {to_flags(message)}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -42,12 +45,18 @@ class BloomctlGroup(click.Group):
                 _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}")
             _fail(ExitCode.CONNECTION, str(connection_error(exc, settings)))
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         """Click's own handling, except that every error is one line: ``bloomctl: error: ...``."""
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, standalone_mode=False, **extra)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
             click.echo(f"bloomctl: error: {exc.format_message()}{hint}", err=True)
@@ -73,7 +82,7 @@ class BloomctlGroup(click.Group):
     "--url",
     "-u",
     metavar="URL",
-    help="redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path. [env: BLOOMCTL_URL; default: redis://localhost:6379/0]",
+    help=f"redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path. [env: {URL_ENV}; default: {DEFAULT_URL}]",
 )
 @click.option(
     "--cluster/--no-cluster", default=None, help="Talk to a Redis Cluster (default: detected from the server)."
@@ -81,7 +90,7 @@ class BloomctlGroup(click.Group):
 @click.option(
     "--password-file",
     type=click.Path(dir_okay=False),
-    help="Read the password from this file (when the URL has none). [env: BLOOMCTL_PASSWORD holds the password itself]",
+    help=f"Read the password from this file (when the URL has none). [env: {PASSWORD_ENV} holds the password itself]",
 )
 @click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False), help="CA certificate for rediss://.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Client certificate for rediss://.")
@@ -89,14 +98,14 @@ class BloomctlGroup(click.Group):
 @click.option(
     "--connect-timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=5.0,
+    default=DEFAULT_CONNECT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for a connection.",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for a reply.",
 )

@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option, swap_guard_options, yes_option
 from bloomctl.cli.render import emit_json
-from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import to_display
+
+if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.lifecycle import Confirm, SwapResult
 
 
 def stdin_is_tty() -> bool:
     return sys.stdin.isatty()
 
 
-def _confirm(question: str, yes: bool) -> None:
+def confirmer(yes: bool) -> Confirm | None:
+    """Ask on a terminal unless --yes; never ask a pipe or cron (no one would answer)."""
     if yes or not stdin_is_tty():
-        return
-    if not click.confirm(question, default=False, err=True):
-        raise StateConflict("not confirmed: nothing changed")
+        return None
+    return lambda question: click.confirm(question, default=False, err=True)
 
 
 @click.command("swap")
@@ -47,7 +50,8 @@ def swap_command(
 
     The replaced filter moves to the "old" key (kept for --keep-old seconds, else unlinked:
     freed in the background), and the metadata moves with each filter. Refuses when the
-    standby is missing, not a Bloom filter, or much smaller than KEY.
+    standby is missing, not a Bloom filter, or much smaller than KEY. Takes the filter's
+    lock: while a rebuild writes the standby, exits 6 rather than judge a half-built filter.
 
     \b
     Examples:
@@ -55,75 +59,61 @@ def swap_command(
       bloomctl swap users --keep-old 3600        # `bloomctl rollback users` within the hour
       bloomctl swap 'bf:{users}' --standby 'bf:{users}:v2' --allow-shrink
     """
-    from bloomctl import lifecycle, sharding
-    from bloomctl.lock import FilterLock
+    from bloomctl import lifecycle
 
-    manifest = sharding.read_manifest(app.client, key)
-    if manifest is not None:
-        if standby is not None:
-            raise UsageError("a sharded filter swaps each member with its own standby: leave out --standby")
-        with FilterLock(app.client, key, command="bloomctl swap") as lock:
-            _confirm(f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?", yes)
-            replaced = sharding.swap_sharded(
-                app.client,
-                app.server,
-                manifest,
-                keep_old_seconds=keep_old,
-                min_ratio=min_ratio,
-                allow_shrink=allow_shrink,
-                lock=lock,
-            )
-        if output_format == "json":
-            emit_json(
-                {
-                    "key": to_display(manifest.key),
-                    "swapped": True,
-                    "shards": manifest.shards,
-                    "replaced": replaced,
-                    "keep_old_seconds": keep_old,
-                }
-            )
-        else:
-            click.echo(f"swapped: {to_display(manifest.key)!r}, {manifest.shards} shards, one atomic swap each")
-        return
-    # The lock first: while a rebuild writes the standby, say so rather than judge a half-built filter.
-    with FilterLock(app.client, key, command="bloomctl swap"):
-        prepared = lifecycle.prepare_swap(
-            app.client, app.server, key, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink
-        )
-        active_items = prepared.active_state.items if prepared.active_state else None
-        _confirm(
-            f"Swap {to_display(prepared.standby)!r} ({prepared.standby_state.items:,} items) into "
-            f"{to_display(prepared.family.active)!r}"
-            + (f" ({active_items:,} items now)" if active_items is not None else " (absent now)")
-            + "?",
-            yes,
-        )
-        replaced = lifecycle.swap(app.client, prepared, keep_old_seconds=keep_old)
-    name = to_display(prepared.family.active)
-    old = to_display(prepared.family.old)
+    result = lifecycle.swap(
+        app.client,
+        app.server,
+        key,
+        standby=standby,
+        keep_old_seconds=keep_old,
+        min_ratio=min_ratio,
+        allow_shrink=allow_shrink,
+        confirm=confirmer(yes),
+    )
     if output_format == "json":
-        emit_json(
-            {
-                "key": name,
-                "standby": to_display(prepared.standby),
-                "swapped": True,
-                "replaced": replaced,
-                "items": prepared.standby_state.items,
-                "previous_items": active_items,
-                "old": old if replaced and keep_old else None,
-                "keep_old_seconds": keep_old if replaced else None,
-            }
-        )
-        return
-    message = f"swapped: {name!r} now holds {prepared.standby_state.items:,} items"
-    if not replaced:
-        message += " (there was no previous filter)"
-    elif keep_old:
-        message += f"; the previous filter is kept as {old!r} for {keep_old:g}s (bloomctl rollback {name})"
+        emit_json(swap_data(result))
     else:
-        message += "; the previous filter was unlinked"
-    click.echo(message)
+        click.echo(swap_message(result))
+
+
+def swap_data(result: SwapResult) -> dict[str, object]:
+    name = to_display(result.key)
+    if result.manifest is not None:
+        return {
+            "key": name,
+            "swapped": True,
+            "shards": result.manifest.shards,
+            "replaced": result.replaced,
+            "keep_old_seconds": result.keep_old_seconds,
+        }
+    replaced = result.replaced[0]
+    return {
+        "key": name,
+        "standby": to_display(result.standby) if result.standby is not None else None,
+        "swapped": True,
+        "replaced": replaced,
+        "items": result.items,
+        "previous_items": result.previous_items,
+        "old": to_display(result.old) if replaced and result.keep_old_seconds else None,
+        "keep_old_seconds": result.keep_old_seconds if replaced else None,
+    }
+
+
+def swap_message(result: SwapResult) -> str:
+    name = to_display(result.key)
+    if result.manifest is not None:
+        return f"swapped: {name!r}, {result.manifest.shards} shards, one atomic swap each"
+    message = f"swapped: {name!r} now holds {result.items:,} items"
+    if not result.replaced[0]:
+        return message + " (there was no previous filter)"
+    if result.keep_old_seconds:
+        old = to_display(result.old)
+        return (
+            message
+            + f"; the previous filter is kept as {old!r} for {result.keep_old_seconds:g}s (bloomctl rollback {name})"
+        )
+    return message + "; the previous filter was unlinked"
 
 
 @click.command("rollback")
@@ -140,29 +130,20 @@ def rollback_command(app: AppContext, key: str, yes: bool, output_format: str) -
     Example:
       bloomctl rollback users --yes
     """
-    from bloomctl import lifecycle, sharding
-    from bloomctl.keys import KeyFamily
-    from bloomctl.lock import FilterLock
+    from bloomctl import lifecycle
 
-    family = KeyFamily.of(key)
-    name = to_display(family.active)
-    manifest = sharding.read_manifest(app.client, key)
-    with FilterLock(app.client, key, command="bloomctl rollback"):
-        if manifest is not None:
-            _confirm(f"Roll the {manifest.shards} shards of {name!r} back?", yes)
-            sharding.rollback_sharded(app.client, manifest)
-        else:
-            _confirm(f"Roll {name!r} back to {to_display(family.old)!r}?", yes)
-            lifecycle.rollback(app.client, key)
-    standby = f"each shard's standby ({manifest.shards})" if manifest else repr(to_display(family.standby))
+    result = lifecycle.rollback(app.client, key, confirm=confirmer(yes))
+    name = to_display(result.key)
+    manifest = result.manifest
     if output_format == "json":
         emit_json(
             {
                 "key": name,
                 "rolled_back": True,
                 "shards": manifest.shards if manifest else None,
-                "standby": None if manifest else to_display(family.standby),
+                "standby": None if manifest else to_display(result.standby),
             }
         )
-    else:
-        click.echo(f"rolled back: {name!r} holds the previous filter again; the replaced one is now {standby}")
+        return
+    standby = f"each shard's standby ({manifest.shards})" if manifest else repr(to_display(result.standby))
+    click.echo(f"rolled back: {name!r} holds the previous filter again; the replaced one is now {standby}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -9,27 +10,30 @@ import click
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.render import emit_json, fmt_rate
+from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import ExitCode
 from bloomctl.keys import to_display
 
 if TYPE_CHECKING:  # pragma: no cover
+    from bloomctl.backends import FilterState
     from bloomctl.fill import FillReport
 
 OVER, MISSING = "over", "missing"  # bloomctl.fill's statuses; that module loads lazily (start-up time)
 
-PROMETHEUS_METRICS = (
-    ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r: r.state.fill_ratio),
-    ("bloomctl_items", "Items inserted (BF.INFO).", lambda r: r.state.items),
-    ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r: r.state.capacity),
+Getter = Callable[["FillReport", "FilterState"], "float | None"]
+PROMETHEUS_METRICS: tuple[tuple[str, str, Getter], ...] = (
+    ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r, s: s.fill_ratio),
+    ("bloomctl_items", "Items inserted (BF.INFO).", lambda r, s: s.items),
+    ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r, s: s.capacity),
     (
         "bloomctl_reserved_capacity",
         "Capacity given to BF.RESERVE (first sub-filter).",
-        lambda r: r.state.reserved_capacity,
+        lambda r, s: s.reserved_capacity,
     ),
-    ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r: r.state.size_bytes),
-    ("bloomctl_subfilters", "Number of sub-filters.", lambda r: r.state.filters),
-    ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r: r.state.estimated_fpr),
-    ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r: int(r.status == OVER)),
+    ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r, s: s.size_bytes),
+    ("bloomctl_subfilters", "Number of sub-filters.", lambda r, s: s.filters),
+    ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r, s: s.estimated_fpr),
+    ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r, s: int(r.status == OVER)),
 )
 PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
 
@@ -41,20 +45,19 @@ def _label(value: str) -> str:
 def prometheus_text(reports: list[FillReport], warn: float, max_: float) -> str:
     lines: list[str] = [f"# HELP {PRESENT[0]} {PRESENT[1]}", f"# TYPE {PRESENT[0]} gauge"]
     lines += [f'{PRESENT[0]}{{key="{_label(to_display(r.key))}"}} {0.0 if r.state is None else 1.0}' for r in reports]
-    present = [r for r in reports if r.state is not None]
+    present = [(r, r.state) for r in reports if r.state is not None]
     for name, help_text, getter in PROMETHEUS_METRICS:
-        samples = [(r, getter(r)) for r in present]
-        samples = [(r, v) for r, v in samples if v is not None]
+        samples = [(r, value) for r, state in present if (value := getter(r, state)) is not None]
         if not samples:
             continue
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
         lines += [f'{name}{{key="{_label(to_display(r.key))}"}} {float(v)!r}' for r, v in samples]
-    exact = [r for r in present if r.state.exact]
+    exact = [(r, state) for r, state in present if state.exact]
     if exact:
         name = "bloomctl_bit_fill"
         lines += [f"# HELP {name} Fraction of bits set in each sub-filter (measured).", f"# TYPE {name} gauge"]
-        for r in exact:
-            for sub in r.state.subfilters:
+        for r, state in exact:
+            for sub in state.subfilters:
                 lines.append(f'{name}{{key="{_label(to_display(r.key))}",subfilter="{sub.index}"}} {sub.bit_fill!r}')
     lines += [
         "# HELP bloomctl_fill_ratio_threshold Thresholds the check used.",
@@ -80,7 +83,7 @@ def text_line(r: FillReport) -> str:
     ]
     shard_states = getattr(s, "shard_states", ())
     if shard_states:
-        parts.append(f"shards={len(shard_states)} worst_shard={s.worst_shard}")
+        parts.append(f"shards={len(shard_states)} worst_shard={getattr(s, 'worst_shard', None)}")
     elif s.exact:
         parts.append("bit_fill=" + ",".join(f"{sub.bit_fill:.4f}" for sub in s.subfilters))
     if r.reasons:
@@ -95,13 +98,13 @@ def text_line(r: FillReport) -> str:
     "warn_at",
     type=float,
     default=None,
-    help="Mark a filter WARN above this fill ratio (items / reserved capacity) [default: 0.8, or --max if lower].",
+    help=f"Mark a filter WARN above this fill ratio (items / reserved capacity) [default: {DEFAULT_WARN}, or --max if lower].",
 )
 @click.option(
     "--max",
     "max_at",
     type=float,
-    default=1.0,
+    default=DEFAULT_MAX_FILL,
     show_default=True,
     help="Fail (exit 1) when a filter is above this fill ratio.",
 )
@@ -147,7 +150,7 @@ def fill_ratio_command(
             }
         )
     elif output_format == "prometheus":
-        click.echo(prometheus_text(reports, limits.warn, limits.max), nl=False)
+        click.echo(prometheus_text(reports, limits.warn_at, limits.max), nl=False)
     else:
         for report in reports:
             click.echo(text_line(report))

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import backend_option, format_option, resolve_expansion, sizing_options
+from bloomctl.cli.options import backend_option, format_option, shards_option, sizing_options
 from bloomctl.cli.plan import plan_data, render_plan
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
+from bloomctl.defaults import AUTO
 from bloomctl.keys import to_display
+from bloomctl.planner import Plan
+from bloomctl.topology import node_address
+
+if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.single import ReserveResult
 
 
 @click.command("reserve")
@@ -21,12 +27,10 @@ from bloomctl.keys import to_display
     "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
 )
 @click.option("--force", is_flag=True, help="Create the filter even if it is bigger than the server's free memory.")
-@click.option(
-    "--shards",
-    type=click.IntRange(1, 1024),
-    help="Create a sharded filter: N member filters on different slots (and nodes), CAPACITY split between them.",
+@shards_option("Create a sharded filter: N member filters on different slots (and nodes), CAPACITY split between them.")
+@backend_option(
+    "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it."
 )
-@backend_option
 @format_option("table", "json")
 @click.pass_obj
 def reserve_command(
@@ -62,112 +66,82 @@ def reserve_command(
     from bloomctl.planner import plan as make_plan
 
     chosen = backends.choose(app.server, backend)
-    the_plan = make_plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, chosen.name))
-    if shards is not None:
-        reserve_sharded(app, key, the_plan, shards, chosen.name, force, dry_run, if_not_exists, output_format)
-        return
-    the_plan = chosen.check_plan(the_plan)
-    if dry_run:  # every check of the real run, then nothing created
-        result = lifecycle.reserve(
-            app.client,
-            app.server,
-            key,
-            the_plan,
-            if_not_exists=if_not_exists,
-            backend=chosen.name,
-            force=force,
-            dry_run=True,
-        )
-        verdict = "would create it" if result.state is None else "it already exists with these parameters"
-        if output_format == "json":
-            emit_json(
-                {"plan": plan_data(the_plan, chosen.name), "dry_run": True, "key_exists": result.state is not None}
-            )
-        else:
-            render_plan(the_plan, output_format, chosen.name)
-            note(f"dry run: nothing created ({verdict})")
-        return
+    the_plan = make_plan(capacity, error_rate, chosen.expansion_for(expansion, nonscaling))
     # Create first, print after: a refused reserve leaves stdout empty.
     result = lifecycle.reserve(
-        app.client, app.server, key, the_plan, if_not_exists=if_not_exists, backend=chosen.name, force=force
+        app.client,
+        app.server,
+        key,
+        the_plan,
+        shards=shards,
+        if_not_exists=if_not_exists,
+        backend=chosen.name,
+        force=force,
+        dry_run=dry_run,
     )
-    if result.created and backend == "auto" and chosen.name == "bitmap":
+    if shards is not None:
+        render_sharded_reserve(app, key, result, dry_run, output_format)
+        return
+    if result.created and backend == AUTO and chosen.name == "bitmap":
         note(f"{app.server.description} has no BF.* commands: created a module-free bitmap filter")
-    predicted = chosen.size_bytes(the_plan)
-    if result.created and result.state.size_bytes != predicted:
+    if result.size_mismatch and result.state is not None:
         warn(
-            f"the server reports Size {result.state.size_bytes:,}, the plan predicted {predicted:,} "
+            f"the server reports Size {result.state.size_bytes:,}, the plan predicted {result.predicted_size:,} "
             f"({app.server.description})"
         )
+    render_reserve(key, the_plan, result, dry_run, output_format)
+
+
+def render_reserve(key: str, the_plan: Plan, result: ReserveResult, dry_run: bool, output_format: str) -> None:
+    exists = result.state is not None
     if output_format == "json":
-        emit_json(
-            {"plan": plan_data(the_plan, chosen.name), "created": result.created, "filter": result.state.as_dict()}
-        )
+        data: dict[str, Any] = {"plan": plan_data(the_plan, result.backend)}
+        if dry_run:
+            data.update(dry_run=True, key_exists=exists)
+        else:
+            data.update(created=result.created, filter=result.state.as_dict() if result.state else None)
+        emit_json(data)
         return
-    render_plan(the_plan, output_format, chosen.name)
-    if result.created:
+    render_plan(the_plan, output_format, result.backend)
+    if dry_run:
+        verdict = "it already exists with these parameters" if exists else "would create it"
+        note(f"dry run: nothing created ({verdict})")
+    elif result.created and result.state is not None:
         click.echo(f"created {key!r}: Size {result.state.size_bytes:,} bytes, capacity {result.state.capacity:,}")
     else:
         click.echo(f"{key!r} already exists with these parameters: nothing to do")
 
 
-def reserve_sharded(
-    app: AppContext,
-    key: str,
-    total: Any,
-    shards: int,
-    backend: str,
-    force: bool,
-    dry_run: bool,
-    if_not_exists: bool,
-    output_format: str,
-) -> None:
-    from bloomctl import sharding
-
-    if if_not_exists:
-        existing = sharding.read_manifest(app.client, key)
-        member = sharding.shard_plan(total, shards)
-        same = (
-            existing is not None
-            and (existing.shards, existing.backend, existing.capacity, existing.expansion)
-            == (shards, backend, member.capacity, member.expansion)
-            and existing.error_rate == member.error_rate
-        )
-        if same and all(app.client.exists(m) for m in existing.members):
-            click.echo(f"{to_display(existing.key)!r} already exists with {shards} shards: nothing to do")
-            return
-    manifest, states = sharding.reserve_sharded(
-        app.client, app.server, key, total, shards, backend=backend, force=force, dry_run=dry_run
-    )
-    data = {
-        "manifest": manifest.as_dict(),
-        "dry_run": dry_run,
-        "created": not dry_run,
-        "shards": [state.as_dict() for state in states],
-    }
+def render_sharded_reserve(app: AppContext, key: str, result: ReserveResult, dry_run: bool, output_format: str) -> None:
+    manifest = result.manifest
+    assert manifest is not None
+    if not result.created and not dry_run:
+        click.echo(f"{to_display(manifest.key)!r} already exists with {manifest.shards} shards: nothing to do")
+        return
+    states = result.member_states
     if output_format == "json":
-        emit_json(data)
+        emit_json(
+            {
+                "manifest": manifest.as_dict(),
+                "dry_run": dry_run,
+                "created": result.created,
+                "shards": [state.as_dict() for state in states],
+            }
+        )
         return
     emit_table(
-        f"Sharded filter {to_display(manifest.key)}: {shards} shards of {manifest.capacity:,}",
+        f"Sharded filter {to_display(manifest.key)}: {manifest.shards} shards of {manifest.capacity:,}",
         ["#", "member", "node", "bytes"],
         [
-            (i, to_display(m), _node_of(app.client, m), f"{states[i].size_bytes:,}" if states else "-")
+            (i, to_display(m), node_address(app.client, m) or "-", f"{states[i].size_bytes:,}" if states else "-")
             for i, m in enumerate(manifest.members)
         ],
     )
     note(
         "dry run: nothing created"
         if dry_run
-        else f"created the manifest {to_display(manifest.key)!r} and {shards} members"
+        else f"created the manifest {to_display(manifest.key)!r} and {manifest.shards} members"
     )
-
-
-def _node_of(client: Any, key: bytes) -> str:
-    if hasattr(client, "get_node_from_key"):
-        node = client.get_node_from_key(key)
-        return f"{node.host}:{node.port}"
-    return "-"
 
 
 def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -208,13 +182,13 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
       bloomctl info 'bf:{users}' --format json | jq .fill_ratio
       bloomctl info users --exact
     """
-    from bloomctl import lifecycle, sharding
+    from bloomctl import lifecycle
+    from bloomctl.sharded import ShardedDescription
 
-    manifest = sharding.read_manifest(app.client, key)
-    if manifest is not None:
-        render_sharded(sharding.describe_sharded(app.client, manifest, exact=exact).as_dict(), output_format)
-        return
     description = lifecycle.describe(app.client, key, exact=exact)
+    if isinstance(description, ShardedDescription):
+        render_sharded(description.as_dict(), output_format)
+        return
     data = description.as_dict()
     if output_format == "json":
         emit_json(data)

@@ -8,7 +8,19 @@ from typing import Any
 
 import click
 
+from bloomctl.defaults import (
+    AUTO,
+    BACKEND_ENV,
+    DEFAULT_EXPANSION,
+    DEFAULT_MIN_RATIO,
+    MAX_KEEP_OLD_SECONDS,
+    MAX_SHARDS,
+)
+from bloomctl.errors import UsageError
+from bloomctl.planner import parse_count, parse_error_rate
+
 F = Callable[..., Any]
+BACKEND_CHOICES = [AUTO, "redisbloom", "bitmap"]
 
 
 def format_option(*choices: str, tty_default: str | None = None, pipe_default: str | None = None) -> Callable[[F], F]:
@@ -36,10 +48,8 @@ def yes_option(f: F) -> F:
     return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation on a terminal.")(f)
 
 
-def _parse_capacity(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
-    from bloomctl.errors import UsageError
-    from bloomctl.planner import parse_count
-
+def capacity_callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    """A count option: 1000000, 1_000_000, 1e6, 1M or 2.5k."""
     if value is None:
         return None
     try:
@@ -48,10 +58,8 @@ def _parse_capacity(_ctx: click.Context, _param: click.Parameter, value: str | N
         raise click.BadParameter(str(exc)) from None
 
 
-def _parse_error_rate(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
-    from bloomctl.errors import UsageError
-    from bloomctl.planner import parse_error_rate
-
+def error_rate_callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    """An error rate option: 0.01 or 1%."""
     if value is None:
         return None
     try:
@@ -71,54 +79,50 @@ def sizing_options(f: F) -> F:
         "--expansion",
         type=click.IntRange(min=1),
         default=None,
-        help="Growth factor of each new sub-filter when full [default: 2].",
+        help=f"Growth factor of each new sub-filter when full [default: {DEFAULT_EXPANSION}].",
     )(f)
     f = click.option(
         "--error-rate",
         "-e",
         required=True,
-        callback=_parse_error_rate,
+        callback=error_rate_callback,
         help="Target false-positive rate: 0.01 or 1%.",
     )(f)
     f = click.option(
         "--capacity",
         "-c",
         required=True,
-        callback=_parse_capacity,
+        callback=capacity_callback,
         help="Items the first sub-filter holds: 1000000, 1_000_000, 1e6, 1M or 2.5k.",
     )(f)
     return f
 
 
-def resolve_expansion(expansion: int | None, nonscaling: bool, backend: str = "redisbloom") -> int | None:
-    """The planner's expansion: None for NONSCALING, which the bitmap backend always is."""
-    if nonscaling and expansion is not None:
-        raise click.UsageError("--expansion and --nonscaling exclude each other")
-    if backend == "bitmap":
-        if expansion is not None:
-            raise click.UsageError("bitmap filters do not grow: leave out --expansion")
-        return None
-    if nonscaling:
-        return None
-    return 2 if expansion is None else expansion
-
-
-def backend_option(f: F) -> F:
+def backend_option(help_text: str) -> Callable[[F], F]:
+    """``--backend auto|redisbloom|bitmap`` for commands that create a filter."""
     return click.option(
         "--backend",
-        type=click.Choice(["auto", "redisbloom", "bitmap"]),
-        default="auto",
+        type=click.Choice(BACKEND_CHOICES),
+        default=AUTO,
         show_default=True,
-        envvar="BLOOMCTL_BACKEND",
-        help="For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the "
-        "server has it. An existing filter's backend is read from the key. [env: BLOOMCTL_BACKEND]",
-    )(f)
+        envvar=BACKEND_ENV,
+        help=f"{help_text} [env: {BACKEND_ENV}]",
+    )
+
+
+def shards_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--shards", type=click.IntRange(1, MAX_SHARDS), help=help_text)
+
+
+def expansion_for(backend: str, expansion: int | None, nonscaling: bool) -> int | None:
+    """The planner's expansion for ``backend``'s filters from the two sizing flags."""
+    from bloomctl.backends import get
+
+    return get(backend).expansion_for(expansion, nonscaling)
 
 
 def swap_guard_options(f: F) -> F:
     """--keep-old, --min-ratio, --allow-shrink: how a swap treats the replaced filter, and its shrink guard."""
-    from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
-
     f = click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")(f)
     f = click.option(
         "--min-ratio",

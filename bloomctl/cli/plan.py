@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from bloomctl.cli.options import _parse_capacity, format_option, resolve_expansion, sizing_options
+from bloomctl.cli.options import capacity_callback, expansion_for, format_option, shards_option, sizing_options
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, warn
-from bloomctl.planner import Plan, plan
+from bloomctl.planner import Plan, plan, shard_plan, suggest_shards
 
 
 def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:
@@ -41,8 +43,8 @@ def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:
 BITMAP_WHEN_FULL = "a bitmap filter keeps accepting items, and its false-positive rate keeps rising"
 
 
-def plan_data(p: Plan, backend: str = "redisbloom") -> dict:
-    data = {"backend": backend, **p.as_dict()}
+def plan_data(p: Plan, backend: str = "redisbloom") -> dict[str, Any]:
+    data: dict[str, Any] = {"backend": backend, **p.as_dict()}
     if backend == "bitmap":
         from bloomctl.backends import get
 
@@ -91,7 +93,7 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
 @click.option(
     "--items",
     "-n",
-    callback=_parse_capacity,
+    callback=capacity_callback,
     help="Projected number of items: shows the growth chain, memory and compound error.",
 )
 @click.option(
@@ -101,11 +103,11 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
     show_default=True,
     help="Size for RedisBloom (BF.RESERVE) or for the module-free bitmap backend (always NONSCALING).",
 )
-@click.option("--shards", type=click.IntRange(1, 1024), help="Split the capacity over N member filters.")
+@shards_option("Split the capacity over N member filters.")
 @click.option(
     "--max-shard-memory",
     metavar="BYTES",
-    callback=_parse_capacity,
+    callback=capacity_callback,
     help="Suggest the number of shards so that no member needs more memory than this (e.g. 512M, 2G).",
 )
 @format_option("table", "json")
@@ -135,7 +137,7 @@ def plan_command(
       bloomctl plan -c 1M -e 1% --backend bitmap
       bloomctl plan -c 2G -e 0.1% --max-shard-memory 512M
     """
-    the_plan = plan(capacity, error_rate, resolve_expansion(expansion, nonscaling, backend), items)
+    the_plan = plan(capacity, error_rate, expansion_for(backend, expansion, nonscaling), items)
     if shards is None and max_shard_memory is None:
         render_plan(the_plan, output_format, backend)
         return
@@ -147,14 +149,11 @@ def render_shards(
 ) -> None:
     """Per-shard and total memory of a sharded filter; with --max-shard-memory, the suggested shard count."""
     from bloomctl.backends import get
-    from bloomctl.sharding import shard_plan, suggest_shards
 
     size_of = get(backend).size_bytes
     suggested = None
     if max_shard_memory is not None:
-        suggested = suggest_shards(size_of(total), max_shard_memory)
-        while suggested < 1024 and size_of(shard_plan(total, suggested)) > max_shard_memory:
-            suggested += 1  # per-shard overhead and rounding can need one more
+        suggested = suggest_shards(total, max_shard_memory, size_of)
         shards = shards or suggested
     assert shards is not None
     member = shard_plan(total, shards)

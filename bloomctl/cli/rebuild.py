@@ -5,13 +5,38 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import _parse_capacity, _parse_error_rate, format_option, swap_guard_options
-from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
+from bloomctl.cli.options import (
+    backend_option,
+    capacity_callback,
+    error_rate_callback,
+    format_option,
+    shards_option,
+    swap_guard_options,
+)
+from bloomctl.cli.render import emit_json, fmt_rate, human_bytes, to_flags
+from bloomctl.defaults import (
+    AUTO,
+    DB_URL_ENV,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CATCHUP_SKEW,
+    DEFAULT_DELIMITER,
+    DEFAULT_ENCODING,
+    DEFAULT_EXPANSION,
+    DEFAULT_HEADROOM,
+    DEFAULT_SKIP_BAD_ROWS,
+    DEFAULT_VERIFY_SAMPLE,
+    DEFAULT_WINDOW,
+    MAX_CATCHUP_SKEW,
+    MAX_HEADROOM,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.rebuild import RebuildReport
 
 LOG_EVERY_SECONDS = 5.0
 
@@ -32,6 +57,7 @@ class Reporter:
             return
         if fields.get("phase") == "count" and "rows" in fields:
             self.total = fields["rows"]
+        message = to_flags(message)
         if self.log_format == "json":
             click.echo(json.dumps({"time": round(time.time(), 3), "message": message, **fields}, default=str), err=True)
         elif self.bar is not None:
@@ -69,99 +95,153 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     """A number, "auto", or None (the active filter's capacity, else auto)."""
     if value is None:
         return None
-    if value.strip().lower() == "auto":
-        return "auto"
-    return _parse_capacity(ctx, param, value)
+    if value.strip().lower() == AUTO:
+        return AUTO
+    return capacity_callback(ctx, param, value)
+
+
+SOURCE_OPTIONS = ("csv_path", "sql", "db_url", "column", "delimiter", "encoding", "template", "prefix", "skip_bad_rows")
+
+
+def source_options(f: Any) -> Any:
+    """Where the items come from and how each item is made of a row."""
+    options = [
+        click.option(
+            "--from-csv",
+            "csv_path",
+            metavar="PATH",
+            help="Read items from a CSV file ('-' for stdin, .gz read transparently).",
+        ),
+        click.option(
+            "--from-sql", "sql", metavar="QUERY", help="Read items from a SQL query (first column, or --column)."
+        ),
+        click.option(
+            "--db-url",
+            envvar=DB_URL_ENV,
+            metavar="URL",
+            help=f"SQLAlchemy URL: postgresql://, mysql://, sqlite:///path. [env: {DB_URL_ENV} keeps passwords out of argv]",
+        ),
+        click.option(
+            "--column",
+            metavar="NAME|N",
+            help="The column holding the item: a header name or a 1-based position [default: the first].",
+        ),
+        click.option("--no-header", is_flag=True, help="The CSV has no header line."),
+        click.option("--delimiter", default=DEFAULT_DELIMITER, show_default=True, help="CSV field separator."),
+        click.option(
+            "--encoding",
+            default=DEFAULT_ENCODING,
+            show_default=True,
+            help="CSV text encoding (items are stored as UTF-8).",
+        ),
+        click.option(
+            "--template", metavar="TEXT", help="Build items from columns, e.g. 'user:{user_id}' or 'order:{1}:{3}'."
+        ),
+        click.option("--prefix", metavar="TEXT", help="Prepend this to every item, e.g. 'user:'."),
+        click.option(
+            "--skip-bad-rows",
+            type=click.IntRange(min=0),
+            default=DEFAULT_SKIP_BAD_ROWS,
+            show_default=True,
+            help="Tolerate up to N unreadable rows (reported); one more stops the run.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def plan_options(f: Any) -> Any:
+    """The new filter's parameters; each defaults to the active filter's."""
+    options = [
+        click.option(
+            "--capacity",
+            "-c",
+            callback=_capacity,
+            metavar="N|auto",
+            help="Capacity, or auto: rows counted x --headroom [default: the active filter's, else auto].",
+        ),
+        click.option(
+            "--headroom",
+            type=click.FloatRange(1, MAX_HEADROOM),
+            default=DEFAULT_HEADROOM,
+            show_default=True,
+            help="Multiplier on the counted rows for --capacity auto.",
+        ),
+        click.option("--error-rate", "-e", callback=error_rate_callback, help="[default: the active filter's]"),
+        click.option(
+            "--expansion",
+            type=click.IntRange(min=1),
+            help=f"[default: the active filter's, else {DEFAULT_EXPANSION}]",
+        ),
+        click.option("--nonscaling", is_flag=True, help="Build a filter that never grows."),
+        backend_option("For a first build; an existing filter keeps its backend."),
+        shards_option("First build of a sharded filter with N members."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def load_options(f: Any) -> Any:
+    """How the load runs and what is verified before a swap."""
+    options = [
+        click.option(
+            "--batch-size",
+            type=click.IntRange(min=1),
+            default=DEFAULT_BATCH_SIZE,
+            show_default=True,
+            help="Items per BF.INSERT / FCALL.",
+        ),
+        click.option(
+            "--window",
+            type=click.IntRange(min=1),
+            default=DEFAULT_WINDOW,
+            show_default=True,
+            help="Batches in flight at once.",
+        ),
+        click.option(
+            "--verify-sample",
+            type=click.IntRange(min=0),
+            default=DEFAULT_VERIFY_SAMPLE,
+            show_default=True,
+            help="Check this many random source items in the standby before swapping (0: none).",
+        ),
+        click.option(
+            "--verify",
+            "verify_mode",
+            type=click.Choice(["sample", "all"]),
+            default="sample",
+            show_default=True,
+            help="all: a second pass over the source checks every item.",
+        ),
+        click.option(
+            "--since-column",
+            metavar="COLUMN",
+            help="SQL: after the load, re-read rows whose COLUMN >= load start - skew.",
+        ),
+        click.option(
+            "--catchup-skew",
+            type=click.FloatRange(min=0, max=MAX_CATCHUP_SKEW),
+            default=DEFAULT_CATCHUP_SKEW,
+            show_default=True,
+            help="Seconds subtracted from the load start for catch-up.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
 
 
 @click.command("rebuild")
 @click.argument("key")
-@click.option(
-    "--from-csv", "csv_path", metavar="PATH", help="Read items from a CSV file ('-' for stdin, .gz read transparently)."
-)
-@click.option("--from-sql", "sql", metavar="QUERY", help="Read items from a SQL query (first column, or --column).")
-@click.option(
-    "--db-url",
-    envvar="BLOOMCTL_DB_URL",
-    metavar="URL",
-    help="SQLAlchemy URL: postgresql://, mysql://, sqlite:///path. [env: BLOOMCTL_DB_URL keeps passwords out of argv]",
-)
-@click.option(
-    "--column",
-    metavar="NAME|N",
-    help="The column holding the item: a header name or a 1-based position [default: the first].",
-)
-@click.option("--no-header", is_flag=True, help="The CSV has no header line.")
-@click.option("--delimiter", default=",", show_default=True, help="CSV field separator.")
-@click.option("--encoding", default="utf-8", show_default=True, help="CSV text encoding (items are stored as UTF-8).")
-@click.option("--template", metavar="TEXT", help="Build items from columns, e.g. 'user:{user_id}' or 'order:{1}:{3}'.")
-@click.option("--prefix", metavar="TEXT", help="Prepend this to every item, e.g. 'user:'.")
-@click.option(
-    "--skip-bad-rows",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Tolerate up to N unreadable rows (reported); one more stops the run.",
-)
-@click.option(
-    "--capacity",
-    "-c",
-    callback=_capacity,
-    metavar="N|auto",
-    help="Capacity, or auto: rows counted x --headroom [default: the active filter's, else auto].",
-)
-@click.option(
-    "--headroom",
-    type=click.FloatRange(1, 1000),
-    default=2.0,
-    show_default=True,
-    help="Multiplier on the counted rows for --capacity auto.",
-)
-@click.option("--error-rate", "-e", callback=_parse_error_rate, help="[default: the active filter's]")
-@click.option("--expansion", type=click.IntRange(min=1), help="[default: the active filter's, else 2]")
-@click.option("--nonscaling", is_flag=True, help="Build a filter that never grows.")
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "redisbloom", "bitmap"]),
-    default="auto",
-    show_default=True,
-    envvar="BLOOMCTL_BACKEND",
-    help="For a first build; an existing filter keeps its backend.",
-)
-@click.option(
-    "--batch-size", type=click.IntRange(min=1), default=5000, show_default=True, help="Items per BF.MADD / FCALL."
-)
-@click.option("--window", type=click.IntRange(min=1), default=4, show_default=True, help="Batches in flight at once.")
-@click.option(
-    "--verify-sample",
-    type=click.IntRange(min=0),
-    default=10_000,
-    show_default=True,
-    help="Check this many random source items in the standby before swapping (0: none).",
-)
-@click.option(
-    "--verify",
-    "verify_mode",
-    type=click.Choice(["sample", "all"]),
-    default="sample",
-    show_default=True,
-    help="all: a second pass over the source checks every item.",
-)
-@click.option(
-    "--since-column", metavar="COLUMN", help="SQL: after the load, re-read rows whose COLUMN >= load start - skew."
-)
-@click.option(
-    "--catchup-skew",
-    type=click.FloatRange(min=0, max=7 * 24 * 3600),
-    default=60.0,
-    show_default=True,
-    help="Seconds subtracted from the load start for catch-up.",
-)
-@click.option("--swap", "do_swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
+@source_options
+@plan_options
+@load_options
+@click.option("--swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
 @swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
-@click.option("--shards", type=click.IntRange(1, 1024), help="First build of a sharded filter with N members.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Log lines on stderr."
@@ -169,40 +249,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @format_option("text", "json")
 @click.pass_obj
 def rebuild_command(
-    app: AppContext,
-    key: str,
-    csv_path: str | None,
-    sql: str | None,
-    db_url: str | None,
-    column: str | None,
-    no_header: bool,
-    delimiter: str,
-    encoding: str,
-    template: str | None,
-    prefix: str | None,
-    skip_bad_rows: int,
-    capacity: int | str | None,
-    headroom: float,
-    error_rate: float | None,
-    expansion: int | None,
-    nonscaling: bool,
-    backend: str,
-    batch_size: int,
-    window: int,
-    verify_sample: int,
-    verify_mode: str,
-    since_column: str | None,
-    catchup_skew: float,
-    do_swap: bool,
-    keep_old: float,
-    min_ratio: float,
-    allow_shrink: bool,
-    dry_run: bool,
-    force: bool,
-    shards: int | None,
-    quiet: bool,
-    log_format: str,
-    output_format: str,
+    app: AppContext, key: str, no_header: bool, quiet: bool, log_format: str, output_format: str, **options: Any
 ) -> None:
     """Rebuild the filter KEY from its source of truth into the standby, verify it, and swap with --swap.
 
@@ -225,46 +272,25 @@ def rebuild_command(
     from bloomctl.rebuild import RebuildOptions, rebuild
     from bloomctl.sources import open_source
 
-    source = open_source(
-        csv_path=csv_path,
-        sql=sql,
-        db_url=db_url,
-        column=column,
-        header=not no_header,
-        delimiter=delimiter,
-        encoding=encoding,
-        template=template,
-        prefix=prefix,
-        skip_bad_rows=skip_bad_rows,
-    )
-    options = RebuildOptions(
-        capacity=capacity,
-        headroom=headroom,
-        error_rate=error_rate,
-        expansion=expansion,
-        nonscaling=nonscaling,
-        backend=backend,
-        batch_size=batch_size,
-        window=window,
-        verify_sample=verify_sample,
-        verify_all=verify_mode == "all",
-        since_column=since_column,
-        catchup_skew=catchup_skew,
-        swap=do_swap,
-        keep_old=keep_old,
-        min_ratio=min_ratio,
-        allow_shrink=allow_shrink,
-        dry_run=dry_run,
-        force=force,
-        shards=shards,
-    )
+    source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
+    options["verify_all"] = options.pop("verify_mode") == "all"
     reporter = Reporter(quiet, log_format)
     try:
         report = rebuild(
-            app.client, app.server, key, source, options, events=reporter.event, progress=reporter.progress
+            app.client,
+            app.server,
+            key,
+            source,
+            RebuildOptions.from_mapping(options),
+            events=reporter.event,
+            progress=reporter.progress,
         )
     finally:
         reporter.close()
+    render_report(report, output_format)
+
+
+def render_report(report: RebuildReport, output_format: str) -> None:
     data = report.as_dict()
     if output_format == "json":
         emit_json(data)
@@ -279,7 +305,7 @@ def rebuild_command(
     lines = [
         f"items read     {data['items_read']:,} ({data['rows']:,} rows, {data['blank']:,} blank, {data['bad_rows']:,} bad)",
         f"added          {data['added']:,} new, {data['duplicates']:,} already present",
-        f"catch-up       {data['catchup_rows']:,} rows" if since_column else None,
+        f"catch-up       {data['catchup_rows']:,} rows" if report.catchup is not None else None,
         f"verified       {data['verified']:,} items ({data['verify_mode']})",
         f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",
         f"new filter     {report.standby if not report.swapped else report.key} "

@@ -3,11 +3,55 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
+
+# Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
+# they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.
+FLAG_NAMES = {
+    "csv_path": "--from-csv",
+    "sql": "--from-sql",
+    "query": "--from-sql",
+    "verify_all": "--verify all",
+    "header=False": "--no-header",
+    "keep_old_seconds": "--keep-old",
+}
+_PARAMETER = re.compile(r"`([a-z][a-z0-9_]*(?:=[A-Za-z0-9]+)?)`")
+
+
+def _flags_of(command: click.Command, flags: dict[str, str]) -> dict[str, str]:
+    """Parameter name -> its long flag, for ``command`` and every command under it (first seen wins)."""
+    for param in command.params:
+        longs = [opt for opt in param.opts if opt.startswith("--")]
+        if isinstance(param, click.Option) and longs and param.name:
+            flags.setdefault(param.name, longs[0])
+    for sub in getattr(command, "commands", {}).values():
+        _flags_of(sub, flags)
+    return flags
+
+
+def _context_flags() -> dict[str, str]:
+    """The running command's flags first, then the groups above it, then every other command's."""
+    flags: dict[str, str] = {}
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root().command if ctx is not None else None
+    while ctx is not None:
+        if ctx.command is not root:
+            _flags_of(ctx.command, flags)
+        ctx = ctx.parent
+    return _flags_of(root, flags) if root is not None else flags
+
+
+def to_flags(text: str) -> str:
+    """A library message as the command line says it: `error_rate` becomes --error-rate."""
+    if "`" not in text:
+        return text
+    flags = {**_context_flags(), **FLAG_NAMES}
+    return _PARAMETER.sub(lambda match: flags.get(match.group(1), match.group(0)), text)
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -73,8 +117,8 @@ NUMERIC = {"capacity", "items", "error rate", "hashes", "bits", "bytes", "fill",
 
 
 def warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    click.echo(f"warning: {to_flags(message)}", err=True)
 
 
 def note(message: str) -> None:
-    click.echo(message, err=True)
+    click.echo(to_flags(message), err=True)

@@ -1,0 +1,37 @@
+"""Memory guard: refuse new filters bigger than what their nodes have left.
+
+Redis would otherwise start evicting keys or get killed by the OOM killer. Sizes are added up
+per node, since several members of a sharded filter can share one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bloomctl.client import RedisClient
+from bloomctl.errors import StateConflict
+from bloomctl.topology import node_client
+
+
+def check_memory(client: RedisClient, planned: list[tuple[bytes, int]]) -> None:
+    """Refuse when the ``(key, bytes)`` pairs, added up per node, exceed what each node has left
+    (maxmemory, else the machine's memory). Skipped for a node that does not tell (an ACL user
+    without INFO, a managed service hiding it)."""
+    per_node: dict[int, tuple[Any, int]] = {}
+    for key, size in planned:
+        node = node_client(client, key)
+        _, total = per_node.get(id(node), (node, 0))
+        per_node[id(node)] = (node, total + size)
+    for node, size in per_node.values():
+        try:
+            memory = node.info("memory")
+        except Exception:  # no permission, or a server without these fields: nothing to compare
+            continue
+        used = int(memory.get("used_memory", 0))
+        limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
+        if limit and size > limit - used:
+            source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
+            raise StateConflict(
+                f"the new filter(s) need {size:,} bytes on one node but it has {max(limit - used, 0):,} left "
+                f"({source} {limit:,}, used {used:,}): lower `capacity` or raise `error_rate`, or pass `force`"
+            )

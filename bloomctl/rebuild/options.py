@@ -1,0 +1,107 @@
+"""What a rebuild is asked to do (``RebuildOptions``) and what it did (``RebuildReport``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from bloomctl.defaults import (
+    AUTO,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CATCHUP_SKEW,
+    DEFAULT_HEADROOM,
+    DEFAULT_LOCK_TTL_MS,
+    DEFAULT_MIN_RATIO,
+    DEFAULT_VERIFY_SAMPLE,
+    DEFAULT_WINDOW,
+)
+from bloomctl.loader import LoadStats
+from bloomctl.planner import Plan
+from bloomctl.sources import SourceStats
+
+Events = Callable[[str, dict[str, Any]], None]  # (message, fields) for the log
+
+
+@dataclass
+class RebuildOptions:
+    capacity: int | str | None = None  # a number, "auto", or None: the active filter's, else auto
+    headroom: float = DEFAULT_HEADROOM
+    error_rate: float | None = None
+    expansion: int | None = None
+    nonscaling: bool = False
+    backend: str = AUTO
+    batch_size: int = DEFAULT_BATCH_SIZE
+    window: int = DEFAULT_WINDOW
+    verify_sample: int = DEFAULT_VERIFY_SAMPLE
+    verify_all: bool = False
+    since_column: str | None = None
+    catchup_skew: float = DEFAULT_CATCHUP_SKEW
+    swap: bool = False
+    keep_old: float = 0.0
+    min_ratio: float = DEFAULT_MIN_RATIO
+    allow_shrink: bool = False
+    dry_run: bool = False
+    force: bool = False  # skip the free-memory check
+    shards: int | None = None  # a new sharded filter with this many members (an existing one keeps its count)
+    lock_ttl_ms: int = DEFAULT_LOCK_TTL_MS
+    seed: int | None = None  # for the verification sample; tests fix it
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> RebuildOptions:
+        """The options named in ``values`` (others ignored), the defaults for the rest."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{name: value for name, value in values.items() if name in names})
+
+
+@dataclass
+class RebuildReport:
+    key: str
+    standby: str
+    backend: str
+    plan: Plan
+    counted: int | None = None  # rows counted for capacity auto
+    source: SourceStats = field(default_factory=SourceStats)
+    load: LoadStats = field(default_factory=LoadStats)
+    catchup: LoadStats | None = None
+    catchup_rows: int = 0
+    replaced_standby: int | None = None  # items of a stale standby that was replaced
+    verified: int = 0
+    verify_mode: str = "sample"
+    swapped: bool = False
+    replaced_active: bool = False
+    size_bytes: int | None = None
+    seconds: float = 0.0
+    dry_run: bool = False
+    shards: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "standby": self.standby,
+            "shards": self.shards,
+            "backend": self.backend,
+            "dry_run": self.dry_run,
+            "plan": {
+                "capacity": self.plan.capacity,
+                "error_rate": self.plan.error_rate,
+                "expansion": self.plan.expansion,
+                "hashes": self.plan.first.hashes,
+            },
+            "counted": self.counted,
+            "items_read": self.source.items,
+            "rows": self.source.rows,
+            "blank": self.source.blank,
+            "bad_rows": self.source.bad_rows,
+            "bad_row_examples": self.source.examples,
+            "added": self.load.added + (self.catchup.added if self.catchup else 0),
+            "duplicates": self.load.duplicates + (self.catchup.duplicates if self.catchup else 0),
+            "catchup_rows": self.catchup_rows,
+            "replaced_standby_items": self.replaced_standby,
+            "verified": self.verified,
+            "verify_mode": self.verify_mode,
+            "swapped": self.swapped,
+            "size_bytes": self.size_bytes,
+            "seconds": round(self.seconds, 3),
+            "items_per_second": round(self.load.rate),
+        }

@@ -1,0 +1,137 @@
+"""Rebuild step 1, preflight: every check that can fail before anything is written.
+
+The options, the source (its columns against the item recipe), and the plan: options first,
+then the active filter's metadata, then counting the source (``capacity`` auto). Also which
+filters the rebuild writes: the key itself, or every member of a sharded filter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bloomctl import backends
+from bloomctl.backends import AUTO, Backend
+from bloomctl.client import RedisClient
+from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM
+from bloomctl.errors import StateConflict, UsageError
+from bloomctl.keys import KeyFamily, to_display
+from bloomctl.manifest import Manifest, new_manifest, read_manifest
+from bloomctl.metadata import read_metadata
+from bloomctl.planner import Plan, plan, shard_plan
+from bloomctl.rebuild.options import Events, RebuildOptions
+from bloomctl.server import ServerInfo
+from bloomctl.single import to_keep_ms
+from bloomctl.sources import IncrementalSource, Source
+
+
+def check_options(source: Source, options: RebuildOptions) -> None:
+    """The options on their own and against the source; then the source itself (its header or
+    query columns against the column or template)."""
+    if options.batch_size < 1:
+        raise UsageError(f"`batch_size` must be at least 1, got {options.batch_size}")
+    to_keep_ms(options.keep_old)
+    if options.since_column:
+        if not isinstance(source, IncrementalSource):
+            raise UsageError("`since_column` needs a SQL source")
+        source.check_column_name(options.since_column)
+    if not 0 <= options.catchup_skew <= MAX_CATCHUP_SKEW or not 1 <= options.headroom <= MAX_HEADROOM:
+        raise UsageError(f"`catchup_skew` must be 0-{MAX_CATCHUP_SKEW:.0f} s and `headroom` 1-{MAX_HEADROOM:.0f}")
+    if options.verify_all and not source.rewindable:
+        raise UsageError("`verify_all` reads the source twice: give a file, not stdin")
+    source.preflight()
+
+
+def recorded_parameters(
+    client: RedisClient, server: ServerInfo, family: KeyFamily, requested: str
+) -> tuple[Backend, dict[str, str]]:
+    """The backend of the filter being rebuilt and the parameters its metadata records (for a
+    sharded one, its members' current ones); a new filter's backend is chosen from the server."""
+    manifest = read_manifest(client, family.active)
+    if manifest is not None:
+        backend = backends.get(manifest.backend)
+        if requested not in (AUTO, backend.name):
+            raise StateConflict(f"{to_display(family.active)!r} is a sharded {backend.name} filter")
+        # The members' own metadata hold the current parameters (a rebuild may have changed them);
+        # the manifest's are the ones the filter was created with.
+        member = read_metadata(client, KeyFamily.of(manifest.members[0]).meta)
+        return backend, {
+            "error_rate": member.get("error_rate", repr(manifest.error_rate)),
+            "capacity": str(int(member.get("capacity", manifest.capacity)) * manifest.shards),
+            "expansion": member.get(
+                "expansion", "nonscaling" if manifest.expansion is None else str(manifest.expansion)
+            ),
+        }
+    if backends.key_type(client, family.active) != b"none":
+        backend = backends.for_key(client, family.active, "active filter")
+        if requested not in (AUTO, backend.name):
+            raise StateConflict(
+                f"the active filter is a {backend.name} filter: a {requested} standby could not be swapped in"
+            )
+        return backend, read_metadata(client, family.meta)
+    return backends.choose(server, requested), {}
+
+
+def resolve_plan(
+    client: RedisClient, server: ServerInfo, key: str | bytes, source: Source, options: RebuildOptions, events: Events
+) -> tuple[Plan, Backend, int | None]:
+    """The plan (whole filter), its backend, and the rows counted for ``capacity`` auto (or None)."""
+    backend, meta = recorded_parameters(client, server, KeyFamily.of(key), options.backend)
+    error_rate = options.error_rate
+    if error_rate is None:
+        if "error_rate" not in meta:
+            raise UsageError("give `error_rate` (the active filter has no bloomctl metadata to take it from)")
+        error_rate = float(meta["error_rate"])
+    expansion = backend.expansion_for(options.expansion, options.nonscaling, meta.get("expansion"))
+    counted = None
+    capacity = options.capacity
+    if capacity is None:
+        capacity = int(meta["capacity"]) if "capacity" in meta else AUTO
+    if capacity == AUTO:
+        events("counting the source for `capacity` auto", {"phase": "count"})
+        counted = source.count()
+        capacity = max(math.ceil(counted * options.headroom), 1)
+        events(
+            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{options.headroom:g})",
+            {"phase": "count", "rows": counted, "capacity": capacity},
+        )
+    if isinstance(capacity, str):
+        raise UsageError(f"`capacity` must be a number or auto, got {capacity!r}")
+    return backend.check_plan(plan(capacity, error_rate, expansion)), backend, counted
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The filters a rebuild writes: the key itself, or every member of a sharded filter."""
+
+    members: list[bytes]
+    plan: Plan  # of each member
+    manifest: Manifest | None = None
+    new_manifest: bool = False  # a first sharded build: write the manifest once the members are ready
+
+    @property
+    def families(self) -> list[KeyFamily]:
+        return [KeyFamily.of(member) for member in self.members]
+
+    @property
+    def standbys(self) -> list[bytes]:
+        return [family.standby for family in self.families]
+
+
+def targets(client: RedisClient, key: str | bytes, total: Plan, backend: Backend, options: RebuildOptions) -> Targets:
+    family = KeyFamily.of(key)
+    manifest = read_manifest(client, family.active)
+    if manifest is not None:
+        if options.shards not in (None, manifest.shards):
+            raise UsageError(
+                f"{to_display(family.active)!r} has {manifest.shards} shards; the count never changes "
+                "(build a new sharded filter under another key)"
+            )
+        return Targets(list(manifest.members), backend.check_plan(shard_plan(total, manifest.shards)), manifest)
+    if options.shards is None:
+        return Targets([family.active], total)
+    if backends.key_type(client, family.active) != b"none":
+        raise StateConflict(f"{to_display(family.active)!r} is a single filter: a sharded filter needs a new key")
+    per_shard = backend.check_plan(shard_plan(total, options.shards))
+    manifest = new_manifest(client, family.active, options.shards, per_shard, backend)
+    return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)

@@ -1,0 +1,202 @@
+"""The rebuild, step by step: preflight, prepare the standbys, load, catch up, verify, cut over.
+
+Each step is a function of its own module (named after the step); this one runs them in order
+under the filter's lock. A failure at any step leaves the active filter untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+
+from bloomctl import lifecycle
+from bloomctl.backends import Backend
+from bloomctl.client import RedisClient
+from bloomctl.errors import SourceError, VerifyFailed
+from bloomctl.keys import KeyFamily, to_display
+from bloomctl.loader import Progress
+from bloomctl.lock import FilterLock
+from bloomctl.manifest import write_manifest
+from bloomctl.metadata import FAILED, LOADED, VERIFIED
+from bloomctl.planner import Plan
+from bloomctl.rebuild.load import Reservoir, catch_up, load, new_reservoir
+from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
+from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
+from bloomctl.rebuild.standby import Standbys, prepare_standbys
+from bloomctl.rebuild.verify import verify
+from bloomctl.server import ServerInfo
+from bloomctl.sources import IncrementalSource, Source
+
+
+def rebuild(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    source: Source,
+    options: RebuildOptions,
+    *,
+    events: Events | None = None,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Rebuild the filter ``key`` from ``source`` into its standby (or its members' standbys),
+    verify it, and with ``options.swap`` cut over atomically."""
+    started = time.perf_counter()
+    log: Events = events or (lambda message, fields: None)
+    family = KeyFamily.of(key)
+    check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
+    the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
+    chosen = targets(client, family.active, the_plan, backend, options)
+    report = new_report(family, chosen, backend, the_plan, counted, options)
+    log_plan(report, chosen, log)
+    if options.dry_run:
+        for _batch in source.batches(options.batch_size):
+            pass
+        report.source = source.stats
+    else:
+        with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
+            standbys = prepare_standbys(client, backend, chosen, lock, options, report, log)
+            since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
+            reservoir = load_all(client, backend, source, standbys, since, options, report, log, progress)
+            verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
+            cut_over(client, server, family, backend, chosen, lock, options, report, log)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def new_report(
+    family: KeyFamily, chosen: Targets, backend: Backend, the_plan: Plan, counted: int | None, options: RebuildOptions
+) -> RebuildReport:
+    sharded = chosen.manifest is not None
+    return RebuildReport(
+        key=to_display(family.active),
+        standby=to_display(family.standby) if not sharded else f"{len(chosen.members)} shard standbys",
+        backend=backend.name,
+        plan=the_plan,
+        counted=counted,
+        dry_run=options.dry_run,
+        shards=len(chosen.members),
+    )
+
+
+def log_plan(report: RebuildReport, chosen: Targets, log: Events) -> None:
+    the_plan, shards = report.plan, len(chosen.members)
+    log(
+        f"plan: capacity {the_plan.capacity:,}, error rate {the_plan.error_rate:g}, "
+        f"{'expansion ' + str(the_plan.expansion) if the_plan.scaling else 'nonscaling'}, {report.backend}"
+        + (f", {shards} shards of {chosen.plan.capacity:,}" if chosen.manifest is not None else ""),
+        {
+            "phase": "plan",
+            "capacity": the_plan.capacity,
+            "error_rate": the_plan.error_rate,
+            "expansion": the_plan.expansion,
+            "backend": report.backend,
+            "shards": shards,
+        },
+    )
+
+
+def load_all(
+    client: RedisClient,
+    backend: Backend,
+    source: Source,
+    standbys: Standbys,
+    since: datetime | None,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+    progress: Progress | None,
+) -> Reservoir | None:
+    """Steps 3 and 4: the load, then (SQL with ``since_column``) the catch-up from ``since``.
+    Returns the sample to verify."""
+    keys = standbys.targets.standbys
+    reservoir = new_reservoir(options)
+    log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
+    batches = source.batches(options.batch_size)
+    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
+    report.source = source.stats
+    if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
+        log(
+            f"counted {report.counted:,} rows but read {report.source.items:,} items: the capacity from "
+            "`capacity` auto is too small (odd line ends?); give `capacity`",
+            {"phase": "load", "warning": "capacity"},
+        )
+    if report.source.items == 0:
+        standbys.discard()
+        raise SourceError(f"{source.description} yielded no items: refusing to build an empty filter")
+    standbys.lock.check()
+    if since is not None and isinstance(source, IncrementalSource):
+        report.catchup, report.catchup_rows = catch_up(client, backend, keys, source, since, options, reservoir, log)
+        standbys.lock.check()
+    return reservoir
+
+
+def verify_all(
+    client: RedisClient,
+    backend: Backend,
+    source: Source,
+    standbys: Standbys,
+    reservoir: Reservoir | None,
+    since: datetime | None,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+) -> None:
+    """Step 5: every item (a second pass over the source) or the sample must be in the standbys."""
+    keys = standbys.targets.standbys
+    try:
+        if options.verify_all:
+            report.verify_mode = "all"
+            log("verifying every item against the standby", {"phase": "verify", "mode": "all"})
+            items = all_items(source, since, options)
+            report.verified = verify(client, backend, keys, items, window=options.window)
+        elif reservoir is not None:
+            log(f"verifying a sample of {len(reservoir.items):,} items", {"phase": "verify", "mode": "sample"})
+            sample = iter([reservoir.items])
+            report.verified = verify(client, backend, keys, sample, window=options.window)
+        else:
+            report.verify_mode = "none"
+    except VerifyFailed:
+        standbys.mark(FAILED)
+        raise
+    standbys.mark(VERIFIED if report.verify_mode != "none" else LOADED)
+    standbys.lock.check()
+
+
+def all_items(source: Source, since: datetime | None, options: RebuildOptions) -> Iterator[list[bytes]]:
+    """Every item the standby must hold: on a live table, the rows from before the load started."""
+    if options.since_column and isinstance(source, IncrementalSource) and since is not None:
+        return source.before(options.since_column, since).batches(options.batch_size)
+    return source.batches(options.batch_size)
+
+
+def cut_over(
+    client: RedisClient,
+    server: ServerInfo,
+    family: KeyFamily,
+    backend: Backend,
+    chosen: Targets,
+    lock: FilterLock,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+) -> None:
+    """Step 6: a first sharded build writes its manifest (the filter exists once its members are
+    ready); with ``swap``, the verified standbys replace the active filter(s) atomically."""
+    if chosen.new_manifest and chosen.manifest is not None:
+        write_manifest(client, chosen.manifest)
+    report.size_bytes = sum(backend.info(client, s, with_header=False).size_bytes for s in chosen.standbys)
+    if not options.swap:
+        return
+    result = lifecycle.swap(
+        client,
+        server,
+        family.active,
+        keep_old_seconds=options.keep_old,
+        min_ratio=options.min_ratio,
+        allow_shrink=options.allow_shrink,
+        lock=lock,
+    )
+    report.replaced_active = any(result.replaced)
+    report.swapped = True
+    log(f"swapped {report.standby!r} into {report.key!r}", {"phase": "swap"})

@@ -1,0 +1,83 @@
+"""Rebuild step 2, prepare the standbys: replace what a crashed run left, check memory, reserve.
+
+Runs under the filter's lock. Each standby's metadata is marked ``loading`` (with this run's
+generation) before the standby exists, so there is never an unmarked standby that a swap could
+take for a finished one; ``Standbys.mark`` moves the state on only while the lock and the
+standbys are still this run's.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from bloomctl import backends
+from bloomctl.backends import Backend
+from bloomctl.client import RedisClient
+from bloomctl.errors import StateConflict
+from bloomctl.keys import to_display
+from bloomctl.lock import FilterLock
+from bloomctl.memory import check_memory
+from bloomctl.metadata import LOADING, mark_state, metadata_for
+from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
+from bloomctl.rebuild.preflight import Targets
+
+
+def new_generation() -> str:
+    """A rebuild's identity, recorded in its standbys' metadata: UTC time and 32 random bits."""
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{random.getrandbits(32):08x}"
+
+
+@dataclass
+class Standbys:
+    client: RedisClient
+    targets: Targets
+    lock: FilterLock
+    generation: str
+
+    def mark(self, state: str) -> None:
+        """Set the standbys' state, only while the lock and the standbys are still this run's."""
+        self.lock.check_held()
+        for member in self.targets.families:
+            if not mark_state(self.client, member.standby_meta, self.generation, state):
+                raise StateConflict(f"the standby {to_display(member.standby)!r} was replaced by another run")
+
+    def discard(self) -> None:
+        """Remove the standbys and their metadata (nothing of value: the run that made them failed)."""
+        for member in self.targets.families:
+            self.client.unlink(member.standby, member.standby_meta)
+
+
+def prepare_standbys(
+    client: RedisClient,
+    backend: Backend,
+    targets: Targets,
+    lock: FilterLock,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+) -> Standbys:
+    """Replace stale standbys with new, empty ones marked ``loading``; returns them for marking."""
+    replaced, freed = 0, {}
+    for member in targets.families:
+        if backends.key_type(client, member.standby) != b"none":
+            stale = backends.for_key(client, member.standby, "standby")
+            replaced += stale.card(client, member.standby)
+            freed[member.standby] = stale.info(client, member.standby, with_header=False).size_bytes
+            report.replaced_standby = replaced
+    if not options.force:  # the stale standbys about to be replaced free their memory first
+        size = backend.size_bytes(targets.plan)
+        check_memory(client, [(standby, max(size - freed.get(standby, 0), 0)) for standby in targets.standbys])
+    if report.replaced_standby is not None:
+        log(
+            f"replacing the standby {report.standby!r} left by an earlier run ({replaced:,} items)",
+            {"phase": "standby", "replaced_items": replaced},
+        )
+    standbys = Standbys(client, targets, lock, new_generation())
+    meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
+    for member in targets.families:
+        client.unlink(member.standby, member.standby_meta)
+        client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
+        backend.reserve(client, member.standby, targets.plan)
+    return standbys

@@ -1,0 +1,365 @@
+"""One filter's lifecycle steps: reserve, describe, swap its standby in, roll back.
+
+Every step that moves a filter runs as one Lua script over keys of a single hash slot
+(see ``bloomctl.keys``), so readers never observe the active key missing and Redis Cluster
+never answers CROSSSLOT. These are the primitives; ``bloomctl.lifecycle`` is the front door
+that takes the lock and chooses between one filter and a sharded one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bloomctl import backends
+from bloomctl.backends import AUTO, Backend, FilterState
+from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
+from bloomctl.errors import KeyMissing, StateConflict, UsageError
+from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.manifest import Manifest
+from bloomctl.memory import check_memory
+from bloomctl.metadata import UNFINISHED, metadata_for, read_metadata
+from bloomctl.planner import Plan
+from bloomctl.server import ServerInfo
+from bloomctl.topology import node_address
+
+# --- reserve --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    """What ``reserve`` did: created (or found, with ``if_not_exists``) one filter or a sharded one."""
+
+    created: bool
+    state: FilterState | None  # None after a dry run that would create the filter (and for a sharded one)
+    backend: str = ""
+    predicted_size: int | None = None  # what the plan said the server would report
+    manifest: Manifest | None = None  # a sharded filter's
+    member_states: tuple[FilterState, ...] = ()  # a sharded filter's members, as created
+
+    @property
+    def size_mismatch(self) -> bool:
+        """The server allocated another size than the plan predicted (a server line the planner
+        does not know yet)."""
+        return self.created and self.state is not None and self.state.size_bytes != self.predicted_size
+
+
+def plan_matches(plan: Plan, state: FilterState) -> bool:
+    """Whether an existing filter was created with ``plan``'s arguments (as far as the server tells)."""
+    if state.expansion != plan.expansion:
+        return False
+    if state.subfilters:
+        first = state.subfilters[0]
+        return first.capacity == plan.capacity and math.isclose(first.error_rate, plan.first.error_rate, rel_tol=1e-12)
+    return state.filters == 1 and state.capacity == plan.capacity and state.size_bytes == plan.size_bytes
+
+
+def reserve(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    plan: Plan,
+    *,
+    if_not_exists: bool = False,
+    backend: str = AUTO,
+    force: bool = False,
+    dry_run: bool = False,
+) -> ReserveResult:
+    """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing."""
+    chosen = backends.choose(server, backend)
+    chosen.check_plan(plan)
+    family = KeyFamily.of(key)
+    kind = backends.key_type(client, family.active)
+    if kind != b"none":
+        name = to_display(family.active)
+        existing = backends.for_key(client, family.active)
+        state = existing.info(client, family.active)
+        if if_not_exists and existing is chosen and plan_matches(plan, state):
+            return ReserveResult(created=False, state=state, backend=chosen.name)
+        detail = "with different parameters" if if_not_exists else "(pass `if_not_exists` to accept a matching filter)"
+        raise StateConflict(
+            f"filter {name!r} already exists {detail}: {existing.name}, capacity {state.capacity:,}, {state.items:,} items"
+        )
+    meta_kind = backends.key_type(client, family.meta)
+    if meta_kind not in (b"none", b"hash"):
+        raise StateConflict(
+            f"{to_display(family.meta)!r} holds {backends.describe_type(meta_kind)}, not bloomctl metadata"
+        )
+    predicted = chosen.size_bytes(plan)
+    if not force:
+        check_memory(client, [(family.active, predicted)])
+    if dry_run:
+        return ReserveResult(created=False, state=None, backend=chosen.name, predicted_size=predicted)
+    chosen.reserve(client, family.active, plan)
+    client.delete(family.meta)
+    client.hset(family.meta, mapping=metadata_for(plan, chosen.name))
+    state = chosen.info(client, family.active)
+    return ReserveResult(created=True, state=state, backend=chosen.name, predicted_size=predicted)
+
+
+# --- inspect --------------------------------------------------------------------------------
+
+
+@dataclass
+class Description:
+    key: bytes
+    family: KeyFamily
+    state: FilterState
+    ttl_ms: int | None  # None: no expiry
+    companions: dict[str, bool]
+    metadata: dict[str, str]
+    slot: int
+    node: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"key": to_display(self.key)}
+        data.update(self.state.as_dict())
+        data.update(
+            ttl_seconds=None if self.ttl_ms is None else self.ttl_ms / 1000,
+            slot=self.slot,
+            node=self.node,
+            companions={
+                role: {"key": to_display(name), "exists": self.companions[role]}
+                for role, name in self.family.all_keys().items()
+                if role != "active"
+            },
+            metadata=self.metadata,
+        )
+        return data
+
+
+def describe(client: RedisClient, key: str | bytes, *, exact: bool = False) -> Description:
+    family = KeyFamily.of(key)
+    backend = backends.for_key(client, family.active)
+    state = backend.bit_fill(client, family.active) if exact else backend.info(client, family.active)
+    companions = {role: bool(client.exists(name)) for role, name in family.all_keys().items() if role != "active"}
+    ttl = client.pttl(family.active)
+    return Description(
+        key=family.active,
+        family=family,
+        state=state,
+        ttl_ms=ttl if ttl is not None and ttl >= 0 else None,
+        companions=companions,
+        metadata=read_metadata(client, family.meta),
+        slot=family.slot,
+        node=node_address(client, family.active),
+    )
+
+
+# --- swap and rollback ----------------------------------------------------------------------
+
+# KEYS: active, standby, old, active meta, standby meta, old meta, lock.
+# ARGV: milliseconds to keep the old filter (0: unlink it now), the Redis type the standby must have,
+# the bytes its value must start with ('' for none), and the token the lock must hold ('' for no check).
+# UNLINK before RENAME: RENAME onto an existing key frees it synchronously and blocks the server.
+SWAP_LUA = """
+-- Every check before the first write: a Lua error part-way would leave a half-done swap.
+local keep = tonumber(ARGV[1])
+if not keep or keep < 0 or keep ~= math.floor(keep) then
+  return redis.error_reply('BLOOMCTL keep-old must be a whole number of milliseconds')
+end
+for i = 1, 7 do
+  for j = i + 1, 7 do
+    if KEYS[i] == KEYS[j] then
+      return redis.error_reply('BLOOMCTL the standby must not be the active filter or one of its companions')
+    end
+  end
+end
+if ARGV[4] ~= '' then
+  local lock = redis.call('GET', KEYS[7])
+  if not lock or not string.find(lock, ARGV[4], 1, true) then
+    return redis.error_reply('BLOOMCTL lost the lock (it expired): nothing swapped')
+  end
+end
+if redis.call('TYPE', KEYS[2])['ok'] ~= ARGV[2] then
+  return redis.error_reply('BLOOMCTL standby is missing or changed type')
+end
+if ARGV[3] ~= '' and redis.call('GETRANGE', KEYS[2], 0, #ARGV[3] - 1) ~= ARGV[3] then
+  return redis.error_reply('BLOOMCTL standby is not a bloomctl filter')
+end
+redis.call('UNLINK', KEYS[3], KEYS[6])
+local had_active = redis.call('EXISTS', KEYS[1])
+if had_active == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[6]) end
+redis.call('RENAME', KEYS[2], KEYS[1])
+redis.call('PERSIST', KEYS[1])
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  redis.call('RENAME', KEYS[5], KEYS[4])
+  redis.call('PERSIST', KEYS[4])
+end
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[3], keep)
+  redis.call('PEXPIRE', KEYS[6], keep)
+else
+  redis.call('UNLINK', KEYS[3], KEYS[6])
+end
+return had_active
+"""
+
+# KEYS as above. The filter rolled back from becomes the standby, so `swap` can re-apply it.
+ROLLBACK_LUA = """
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return redis.error_reply('BLOOMCTL no old filter to roll back to')
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return redis.error_reply('BLOOMCTL a standby exists')
+end
+redis.call('UNLINK', KEYS[5])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end
+if redis.call('EXISTS', KEYS[4]) == 1 then redis.call('RENAME', KEYS[4], KEYS[5]) end
+redis.call('RENAME', KEYS[3], KEYS[1])
+redis.call('PERSIST', KEYS[1])
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  redis.call('RENAME', KEYS[6], KEYS[4])
+  redis.call('PERSIST', KEYS[4])
+end
+return 1
+"""
+
+
+def standby_meta_key(family: KeyFamily, standby: bytes) -> bytes:
+    """A custom standby brings its own metadata key (its ``:meta`` companion); the default one is ours."""
+    return family.standby_meta if standby == family.standby else KeyFamily.of(standby).meta
+
+
+def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
+    """The six keys of a swap, in the order SWAP_LUA and ROLLBACK_LUA expect."""
+    return [family.active, standby, family.old, family.meta, standby_meta_key(family, standby), family.old_meta]
+
+
+def to_keep_ms(seconds: float) -> int:
+    """Milliseconds for PEXPIRE: a positive keep never rounds down to 0 (which would unlink)."""
+    if not 0 <= seconds <= MAX_KEEP_OLD_SECONDS or seconds != seconds:
+        raise UsageError(f"`keep_old` must be between 0 and {MAX_KEEP_OLD_SECONDS} seconds, got {seconds}")
+    return math.ceil(seconds * 1000)
+
+
+def _run_script(client: RedisClient, source: str, keys: list[bytes], args: list[Any]) -> Any:
+    import redis
+
+    try:
+        return client.register_script(source)(keys=keys, args=args)
+    except redis.exceptions.ResponseError as exc:
+        text = str(exc)
+        if "BLOOMCTL" in text:
+            raise StateConflict(text.split("BLOOMCTL", 1)[1].strip()) from None
+        raise
+
+
+def atomic_swap(
+    client: RedisClient,
+    family: KeyFamily,
+    *,
+    standby: bytes | None = None,
+    keep_old_ms: int = 0,
+    standby_type: bytes = b"MBbloom--",
+    standby_magic: bytes = b"",
+    lock_token: str = "",
+) -> bool:
+    """Move standby -> active and active -> old in one atomic step. True when an active filter was replaced."""
+    keys = [*_family_keys(family, standby or family.standby), family.lock]
+    return bool(_run_script(client, SWAP_LUA, keys, [int(keep_old_ms), standby_type, standby_magic, lock_token]))
+
+
+def atomic_rollback(client: RedisClient, family: KeyFamily) -> None:
+    _run_script(client, ROLLBACK_LUA, _family_keys(family, family.standby), [])
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """What a swap would do, checked against the server; ``swap`` performs it."""
+
+    family: KeyFamily
+    standby: bytes
+    backend: Backend
+    standby_state: FilterState
+    active_state: FilterState | None
+
+    @property
+    def shrink_ratio(self) -> float | None:
+        if self.active_state is None or self.active_state.items == 0:
+            return None
+        return self.standby_state.items / self.active_state.items
+
+
+def _counted(backend: Backend, client: RedisClient, key: bytes) -> FilterState:
+    """info without the per-sub-filter header, with the exact item count (BF.CARD where it exists)."""
+    return replace(backend.info(client, key, with_header=False), items=backend.card(client, key))
+
+
+def prepare_swap(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    *,
+    standby: str | bytes | None = None,
+    min_ratio: float = DEFAULT_MIN_RATIO,
+    allow_shrink: bool = False,
+) -> SwapPlan:
+    family = KeyFamily.of(key)
+    standby_key = to_bytes(standby) if standby is not None else family.standby
+    companions = set(family.all_keys().values()) - {family.standby}
+    if standby_key in companions or standby_meta_key(family, standby_key) in companions - {family.standby_meta}:
+        raise StateConflict(
+            f"the standby {to_display(standby_key)!r} must not be the active filter or one of its companion keys"
+        )
+    if server.cluster and KeyFamily.of(standby_key).slot != family.slot:
+        raise StateConflict(
+            f"standby {to_display(standby_key)!r} is in slot {KeyFamily.of(standby_key).slot}, the active filter in "
+            f"slot {family.slot}: on a cluster both must share a hash tag (default standby: {to_display(family.standby)!r})"
+        )
+    backend = backends.for_key(client, standby_key, "standby")
+    state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
+    if state in UNFINISHED:
+        raise StateConflict(
+            f"the standby {to_display(standby_key)!r} is from a rebuild that did not finish ({state}): "
+            "run the rebuild again"
+        )
+    standby_state = _counted(backend, client, standby_key)
+    active_state = None
+    if backends.key_type(client, family.active) != b"none":
+        active_backend = backends.for_key(client, family.active, "active filter")
+        if active_backend is not backend:
+            raise StateConflict(
+                f"the standby is a {backend.name} filter and the active one a {active_backend.name} filter: "
+                "readers of the active key would break"
+            )
+        active_state = _counted(backend, client, family.active)
+    result = SwapPlan(family, standby_key, backend, standby_state, active_state)
+    ratio = result.shrink_ratio
+    if active_state is not None and ratio is not None and ratio < min_ratio and not allow_shrink:
+        raise StateConflict(
+            f"standby has {standby_state.items:,} items, {ratio:.1%} of the active filter's {active_state.items:,} "
+            f"(guard: {min_ratio:.0%}); pass `allow_shrink` if that is intended"
+        )
+    return result
+
+
+def swap(client: RedisClient, prepared: SwapPlan, *, keep_old_seconds: float = 0, lock_token: str = "") -> bool:
+    """The atomic swap; with ``lock_token``, the script also checks that the filter's lock is still ours."""
+    return atomic_swap(
+        client,
+        prepared.family,
+        standby=prepared.standby,
+        keep_old_ms=to_keep_ms(keep_old_seconds),
+        standby_type=prepared.backend.redis_type,
+        standby_magic=prepared.backend.magic,
+        lock_token=lock_token,
+    )
+
+
+def rollback(client: RedisClient, key: str | bytes) -> None:
+    family = KeyFamily.of(key)
+    if backends.key_type(client, family.old) == b"none":
+        raise KeyMissing(
+            f"no old filter {to_display(family.old)!r} to roll back to (a swap with `keep_old` seconds keeps one)"
+        )
+    backends.for_key(client, family.old, "old filter")
+    if backends.key_type(client, family.standby) != b"none":
+        raise StateConflict(
+            f"standby {to_display(family.standby)!r} exists; swap it in or delete it before rolling back"
+        )
+    atomic_rollback(client, family)

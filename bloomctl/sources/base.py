@@ -1,0 +1,180 @@
+"""What every source is: the ``Source`` protocol, its statistics, and the item recipe.
+
+A source yields lists of items (UTF-8 bytes) so the loader's per-item Python work stays small,
+and its memory does not grow with the input. Rows that cannot be read are counted, and beyond
+``skip_bad_rows`` stop the run with file:line. Blank values are skipped and counted. An
+``IncrementalSource`` (SQL) can also narrow itself to the rows changed since a moment, for the
+rebuild's catch-up.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from bloomctl.errors import SourceError, UsageError
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class SourceStats:
+    rows: int = 0  # data rows read (not the header)
+    items: int = 0  # items yielded
+    blank: int = 0  # rows whose value was empty (skipped)
+    bad_rows: int = 0  # rows skipped as unreadable (within --skip-bad-rows)
+    examples: list[str] = field(default_factory=list)  # the first few bad rows, "file:line: why"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "items": self.items,
+            "blank": self.blank,
+            "bad_rows": self.bad_rows,
+            "bad_row_examples": self.examples,
+        }
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A stream of items, in batches; ``stats`` describes the last pass."""
+
+    stats: SourceStats
+
+    @property
+    def description(self) -> str:
+        """How the source is named in messages (no secrets)."""
+        ...
+
+    @property
+    def rewindable(self) -> bool:
+        """Whether it can be read twice (a file can, stdin cannot)."""
+        ...
+
+    def preflight(self) -> None:
+        """Open the source and check the item recipe against it, before anything is written."""
+
+    def count(self) -> int:
+        """Rows in the source (quickly): the estimate behind ``capacity`` auto."""
+        ...
+
+    def batches(self, size: int) -> Iterator[list[bytes]]:
+        """One pass over the source: lists of at most ``size`` items."""
+        ...
+
+
+@runtime_checkable
+class IncrementalSource(Source, Protocol):
+    """A source whose rows carry a change time: the rebuild catches up on rows changed during the load."""
+
+    def now(self) -> datetime:
+        """The source's own clock (the moment the load starts, as the rows' times see it)."""
+        ...
+
+    def check_column_name(self, column: str) -> str:
+        """``column``, when it can name the change-time column; a UsageError otherwise."""
+        ...
+
+    def since(self, column: str, moment: Any) -> IncrementalSource:
+        """The rows whose ``column`` is at or after ``moment``."""
+        ...
+
+    def before(self, column: str, moment: Any) -> IncrementalSource:
+        """The rows whose ``column`` is before ``moment``."""
+        ...
+
+
+class ItemFormatter:
+    """Turns the selected column (or, with a template, several columns) of a row into an item."""
+
+    def __init__(self, names: list[str] | None, column: str | None, template: str | None, prefix: str | None) -> None:
+        if template and prefix:
+            raise UsageError("`template` and `prefix` exclude each other")
+        if template and column:
+            raise UsageError("`template` names its columns itself: leave out `column`")
+        self.names = names
+        self.prefix = (prefix or "").encode()
+        self.template: str | None = None
+        self.indexes: list[int] = []
+        if template:
+            pieces: list[str] = []
+            try:
+                parsed = list(string.Formatter().parse(template))
+            except ValueError as exc:
+                raise UsageError(f"`template` {template!r}: {exc}") from None
+            for literal, name, spec, conversion in parsed:
+                pieces.append(literal.replace("{", "{{").replace("}", "}}"))
+                if name is None:
+                    continue
+                if spec or conversion:
+                    raise UsageError(f"`template` field {{{name}}}: format specs and conversions are not supported")
+                pieces.append(f"{{{len(self.indexes)}}}")
+                self.indexes.append(self.column_index(name))
+            if not self.indexes:
+                raise UsageError("`template` has no {column} field")
+            self.template = "".join(pieces)
+            self.index = max(self.indexes)
+        else:
+            self.index = self.column_index(column) if column else 0
+
+    def column_index(self, column: str) -> int:
+        """A header name, or a 1-based position (like cut -f)."""
+        if self.names is not None and column in self.names:
+            return self.names.index(column)
+        if column.isdigit() and int(column) >= 1:
+            return int(column) - 1
+        if self.names is None:
+            raise UsageError(f"column {column!r}: without a header, name columns by position (1, 2, ...)")
+        raise UsageError(f"no column {column!r}; the header has: {', '.join(self.names)}")
+
+    @property
+    def width(self) -> int:
+        """How many fields a row needs."""
+        return self.index + 1
+
+    def text_item(self, row: list[str]) -> bytes:
+        if self.template is not None:
+            return self.template.format(*(row[i] for i in self.indexes)).encode("utf-8")
+        return self.prefix + row[self.index].encode("utf-8")
+
+
+def rebatch(chunks: Iterator[list[bytes]], size: int, stats: SourceStats) -> Iterator[list[bytes]]:
+    """Lists of exactly ``size`` items (the last may be shorter) out of lists of any length."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        if pending:
+            need = size - len(pending)
+            pending.extend(chunk[:need])
+            chunk = chunk[need:]
+            if len(pending) < size:
+                continue
+            stats.items += size
+            yield pending
+            pending = []
+        whole = len(chunk) - len(chunk) % size
+        for start in range(0, whole, size):
+            stats.items += size
+            yield chunk[start : start + size]
+        pending = chunk[whole:]
+    if pending:
+        stats.items += len(pending)
+        yield pending
+
+
+class BadRows:
+    """Counts unreadable rows and stops the run past the tolerance."""
+
+    def __init__(self, stats: SourceStats, tolerance: int, name: str) -> None:
+        self.stats, self.tolerance, self.name = stats, tolerance, name
+
+    def __call__(self, line: int | str, reason: str) -> None:
+        where = f"{self.name}:{line}: {reason}"
+        self.stats.bad_rows += 1
+        if len(self.stats.examples) < MAX_EXAMPLES:
+            self.stats.examples.append(where)
+        if self.stats.bad_rows > self.tolerance:
+            hint = "" if self.tolerance else " (`skip_bad_rows` N tolerates up to N bad rows)"
+            raise SourceError(where + hint)

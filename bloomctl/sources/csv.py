@@ -1,0 +1,334 @@
+"""CSV files (or stdin, or gzip): the items of one column, or of a template over several.
+
+Read in 1 MiB blocks: blocks without a quote character take a fast path (split on the delimiter
+in C, no decoding into str for UTF-8 input); a block with anything unusual (a quote, bad
+encoding, a short row) is read row by row with the csv module, which knows the exact line of
+every problem.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import re
+import sys
+import zlib
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import IO
+
+from bloomctl.defaults import DEFAULT_DELIMITER, DEFAULT_ENCODING, DEFAULT_SKIP_BAD_ROWS
+from bloomctl.errors import SourceError, UsageError
+from bloomctl.sources.base import BadRows, ItemFormatter, SourceStats, rebatch
+
+BLOCK_BYTES = 1 << 20
+MAX_LINE_BYTES = 64 << 20
+BYTES_AS_IS = {"utf-8", "ascii", "utf-8-sig"}  # codecs whose bytes already are the UTF-8 item
+
+
+@lru_cache(maxsize=64)
+def _first_field(delim: bytes) -> re.Pattern[bytes]:
+    """The first field of every line of a block (lines end with \\n; the last one may not)."""
+    return re.compile(b"^([^" + re.escape(delim) + b"\\n]*)", re.M)
+
+
+@lru_cache(maxsize=64)
+def _nth_field(delim: bytes, index: int) -> re.Pattern[bytes]:
+    """Field ``index`` (0-based) of every line that has one."""
+    field_ = b"[^" + re.escape(delim) + b"\\n]*"
+    return re.compile(b"^(?:" + field_ + re.escape(delim) + b"){" + str(index).encode() + b"}(" + field_ + b")", re.M)
+
+
+class _Replay:
+    """Bytes already read from a stream, then the rest of the stream (stdin read twice)."""
+
+    def __init__(self, head: bytes, rest: IO[bytes]) -> None:
+        self.head, self.rest = head, rest
+
+    def read(self, size: int = -1) -> bytes:
+        if self.head:
+            chunk, self.head = self.head, b""
+            return chunk
+        return self.rest.read(size)
+
+    def close(self) -> None:  # stdin is not ours to close
+        pass
+
+
+class CsvSource:
+    """Items from one column of a CSV file (``-``: stdin; ``.gz``: gzip), read in 1 MiB blocks.
+
+    Blocks without a quote character take a fast path (split on the delimiter, no decoding into
+    str for UTF-8 input). A block with anything unusual (a quote, bad encoding, a short row) is
+    read row by row with the csv module, which knows the exact line of every problem.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        column: str | None = None,
+        header: bool = True,
+        delimiter: str = DEFAULT_DELIMITER,
+        encoding: str = DEFAULT_ENCODING,
+        template: str | None = None,
+        prefix: str | None = None,
+        skip_bad_rows: int = DEFAULT_SKIP_BAD_ROWS,
+    ) -> None:
+        if len(delimiter) != 1:
+            raise UsageError(f"`delimiter` must be one character, got {delimiter!r}")
+        if delimiter == '"':
+            raise UsageError("`delimiter` cannot be the quote character")
+        try:
+            self.codec = codecs.lookup(encoding).name
+        except LookupError:
+            raise UsageError(f"unknown `encoding` {encoding!r}") from None
+        try:
+            ascii_compatible = "\n,;\t|".encode(encoding) == b"\n,;\t|"
+        except LookupError:  # a codec that is not a text encoding (rot13, base64, ...)
+            ascii_compatible = False
+        if not ascii_compatible or self.codec.startswith(("utf-16", "utf-32")):
+            raise UsageError(
+                f"`encoding` {encoding}: only ASCII-compatible encodings (utf-8, latin-1, cp1252, ...); "
+                "convert the file with iconv first"
+            )
+        self.path = path
+        self.name = "<stdin>" if path == "-" else path
+        self.header = header
+        self.delimiter = delimiter
+        self.encoding = encoding
+        self.column, self.template, self.prefix = column, template, prefix
+        self.skip_bad_rows = skip_bad_rows
+        self.stats = SourceStats()
+        self.formatter: ItemFormatter | None = None
+        self._stdin_head: bytes | None = None
+
+    @property
+    def rewindable(self) -> bool:
+        return self.path != "-"
+
+    @property
+    def description(self) -> str:
+        return f"CSV {self.name}"
+
+    def _open(self) -> IO[bytes]:
+        if self.path == "-":
+            if self._stdin_head is not None:  # preflight read the start of stdin: replay it first
+                return _Replay(self._stdin_head, sys.stdin.buffer)  # type: ignore[return-value]
+            return sys.stdin.buffer
+        try:
+            raw = open(self.path, "rb")  # noqa: SIM115 - closed by the caller
+        except OSError as exc:
+            raise SourceError(f"cannot read {self.path}: {exc.strerror}") from None
+        if self.path.endswith(".gz"):
+            return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return raw
+
+    def preflight(self) -> None:
+        """Open the file and read its header now, so a wrong column or template fails before
+        anything is written (from stdin, the first block is kept and replayed by the load)."""
+        if not self.rewindable and self._stdin_head is None:
+            self._stdin_head = sys.stdin.buffer.read(BLOCK_BYTES)
+        stream = self._open()
+        try:
+            names, _rest, _lines = self._read_header(self._blocks(stream))
+            ItemFormatter(names, self.column, self.template, self.prefix)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise SourceError(f"cannot read {self.name}: {exc}") from None
+        finally:
+            if self.rewindable:
+                stream.close()
+
+    def count(self) -> int:
+        """Data lines in the file (a fast newline count, header excluded): the estimate for `capacity` auto."""
+        if not self.rewindable:
+            raise UsageError("`capacity` auto and `verify_all` read the source twice: give a file, not stdin")
+        lines = returns = 0
+        last = b"\n"
+        with self._open() as f:
+            try:
+                while chunk := f.read(BLOCK_BYTES * 4):
+                    lines += chunk.count(b"\n")
+                    returns += chunk.count(b"\r")
+                    last = chunk[-1:]
+            except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                raise SourceError(f"cannot read {self.name}: {exc}") from None
+        if lines == 0 and returns:  # old Mac line ends, as the reader treats them
+            lines, last = returns, (b"\n" if last == b"\r" else last)
+        if last != b"\n":
+            lines += 1
+        return max(lines - (1 if self.header else 0), 0)
+
+    def batches(self, size: int) -> Iterator[list[bytes]]:
+        """One pass over the file: lists of at most ``size`` items."""
+        self.stats = SourceStats()
+        bad = BadRows(self.stats, self.skip_bad_rows, self.name)
+        stream = self._open()
+        try:
+            yield from rebatch(self._items(stream, bad), size, self.stats)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise SourceError(f"cannot read {self.name}: {exc}") from None
+        finally:
+            if self.rewindable:
+                stream.close()
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def _blocks(self, stream: IO[bytes]) -> Iterator[bytes]:
+        """Blocks of whole lines (ended by \\n, or by \\r in a file that has no \\n)."""
+        tail = b""
+        while chunk := stream.read(BLOCK_BYTES):
+            chunk = tail + chunk
+            cut = chunk.rfind(b"\n")
+            if cut == -1:
+                cut = chunk.rfind(b"\r", 0, len(chunk) - 1)  # old Mac line ends; not a CRLF cut in half
+            if cut == -1:
+                if len(chunk) > MAX_LINE_BYTES:
+                    raise SourceError(f"{self.name}: a line longer than {MAX_LINE_BYTES // 2**20} MiB")
+                tail = chunk
+                continue
+            tail = chunk[cut + 1 :]
+            yield chunk[: cut + 1]
+        if tail:
+            yield tail
+
+    def _read_header(self, blocks: Iterator[bytes]) -> tuple[list[str] | None, bytes, int]:
+        """The header names, what is left of the first block, and the lines consumed."""
+        first = next(blocks, b"")
+        if first.startswith(codecs.BOM_UTF8) and self.codec in ("utf-8", "utf-8-sig"):
+            first = first[len(codecs.BOM_UTF8) :]
+        if not self.header:
+            return None, first, 0
+        parts = re.split(rb"\r\n|\r|\n", first, maxsplit=1)
+        line, rest = parts[0], parts[1] if len(parts) > 1 else b""
+        try:
+            names = next(csv.reader([line.decode(self.encoding)], delimiter=self.delimiter, strict=True), [])
+        except UnicodeDecodeError:
+            raise SourceError(f"{self.name}:1: the header is not valid {self.encoding}") from None
+        except csv.Error as exc:
+            raise SourceError(f"{self.name}:1: malformed header ({exc})") from None
+        if not names:
+            raise SourceError(f"{self.name}:1: empty header line (pass `header=False` for a file without one)")
+        return names, rest, 1
+
+    def _items(self, stream: IO[bytes], bad: BadRows) -> Iterator[list[bytes]]:
+        blocks = self._blocks(stream)
+        names, first, line_no = self._read_header(blocks)
+        self.width = len(names) if names else 0  # fields per row, when a header tells
+        self.formatter = fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+        as_is = self.codec in BYTES_AS_IS
+        delim = self.delimiter.encode("utf-8")
+
+        def all_blocks() -> Iterator[bytes]:
+            if first:
+                yield first
+            yield from blocks
+
+        source = all_blocks()
+        for block in source:
+            data = block
+            if not as_is:
+                try:
+                    data = block.decode(self.encoding).encode("utf-8")
+                except UnicodeDecodeError:
+                    data = b""  # unusual: read it row by row below
+            # The fast path splits on one byte: a delimiter that is several bytes in UTF-8 (like "§")
+            # would cut other characters that share its first byte.
+            if data and b'"' not in data and fmt.template is None and len(delim) == 1:
+                items = self._fast_block(data, delim, fmt)
+                if items is not None:
+                    yield items
+                    line_no += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+                    continue
+            if b'"' in block:
+                # Quoted fields may hold newlines: from here on the csv module reads everything.
+                yield from self._slow(self._lines(block, source), bad, fmt, line_no)
+                return
+            yield from self._slow(iter(block.splitlines(keepends=True)), bad, fmt, line_no)
+            line_no += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+
+    def _fast_block(self, data: bytes, delim: bytes, fmt: ItemFormatter) -> list[bytes] | None:
+        """Items of a block of plain lines, or None when a row needs a closer look."""
+        if self.codec in BYTES_AS_IS:
+            try:
+                data.decode("ascii" if self.codec == "ascii" else "utf-8")  # validation only; C speed
+            except UnicodeDecodeError:
+                return None
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+            if b"\r" in data:
+                return None  # a bare carriage return ends a line too: the csv module knows
+        body = data[:-1] if data.endswith(b"\n") else data  # so that ^ does not match after the last line
+        lines = body.split(b"\n")
+        index = fmt.index
+        if delim not in data:  # one column: every line is a value
+            if index > 0:
+                return None
+            values = lines
+        else:
+            # One regex pass in C, anchored at each line's start: a line with extra fields still gives
+            # its own field, a line that is too short gives no match (and the slow path its number).
+            values = (_first_field(delim) if index == 0 else _nth_field(delim, index)).findall(body)
+        if len(values) != len(lines):
+            return None  # a short row: find its line number the slow way
+        self.stats.rows += len(values)
+        items = [v for v in values if v] if b"" in values else values
+        self.stats.blank += len(values) - len(items)
+        if fmt.prefix and items:
+            prefix = fmt.prefix
+            items = (prefix + (b"\n" + prefix).join(items)).split(b"\n")  # C-speed prefixing
+        return items
+
+    @staticmethod
+    def _lines(block: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+        yield from block.splitlines(keepends=True)
+        for more in rest:
+            yield from more.splitlines(keepends=True)
+
+    def _slow(self, lines: Iterator[bytes], bad: BadRows, fmt: ItemFormatter, line_no: int) -> Iterator[list[bytes]]:
+        """Row by row with the csv module: exact line numbers for every problem."""
+        state = {"line": line_no, "placeholder": False}  # physical lines read; last line undecodable
+
+        def decoded() -> Iterator[str]:
+            for raw in lines:
+                state["line"] += 1
+                try:
+                    text = raw.decode(self.encoding)
+                except UnicodeDecodeError:
+                    bad(state["line"], f"not valid {self.encoding}")
+                    state["placeholder"] = True
+                    yield "\n"  # an empty row keeps the reader in step; it is skipped below
+                else:
+                    state["placeholder"] = False
+                    yield text
+
+        reader = csv.reader(decoded(), delimiter=self.delimiter, strict=True)
+        items: list[bytes] = []
+        while True:
+            start = state["line"] + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                self.stats.rows += 1
+                bad(start, f"malformed CSV ({exc})")
+                continue
+            if not row:
+                if not state["placeholder"]:
+                    self.stats.blank += 1  # an empty line
+                continue
+            self.stats.rows += 1
+            if len(row) < fmt.width:
+                bad(start, f"{len(row)} field(s), column {fmt.width} needed")
+                continue
+            if not all(row[i] for i in fmt.indexes or [fmt.index]):  # a blank value (any, with a template)
+                self.stats.blank += 1
+                continue
+            items.append(fmt.text_item(row))
+            if len(items) >= 4096:
+                yield items
+                items = []
+        if items:
+            yield items
