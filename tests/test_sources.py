@@ -348,3 +348,14 @@ def test_postgres_copy_and_cursor_give_the_same_items(pg_engine):
         assert read(SqlSource(url, f"SELECT t FROM {table}"), 10) == ["josé".encode()]
     finally:
         drop(pg_engine, table)
+
+
+def test_postgres_copy_error_mid_stream_is_the_servers_message(pg_engine):
+    """A row that fails after COPY has started (division by zero at row 30,000) stops the source with
+    PostgreSQL's own words, on the COPY path (text column, no parameters)."""
+    url = pg_engine.url.render_as_string(hide_password=False)
+    query = "SELECT (CASE WHEN i = 30000 THEN 1 / (i - 30000) ELSE i END)::text AS v FROM generate_series(1, 60000) i"
+    source = SqlSource(url, query)
+    assert source._copy_possible()
+    with pytest.raises(SourceError, match="COPY failed: ERROR:  division by zero"):
+        read(source, 1000)

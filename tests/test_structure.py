@@ -1,0 +1,144 @@
+"""The shape of the package: no import cycles, short functions, a lazy public API, a fast --help.
+
+The import checks follow pip-tools' tests/test_circular_imports.py: every module is imported on
+its own in a fresh interpreter (an import cycle that works in one order fails in another), and
+the graph of every import statement (module level and inside functions) must be acyclic.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bloomctl"
+MAX_FUNCTION_LINES = 80
+# What `bloomctl --help` must not load: the Redis client, the renderers, the SQL stack, the library rooms.
+HEAVY = (
+    "redis",
+    "hiredis",
+    "rich",
+    "tqdm",
+    "sqlalchemy",
+    "psycopg",
+    "pymysql",
+    "bloomctl.backends",
+    "bloomctl.rebuild",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = sorted(module_name(path) for path in PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_imports_on_its_own(module):
+    result = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def imports_of(path: Path) -> set[str]:
+    """The bloomctl modules ``path`` imports, anywhere in it (annotations-only imports excluded)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped = {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node) for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:  # `from bloomctl import backends` imports the module bloomctl.backends
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in MODULES else node.module)
+    return {name for name in found if name in MODULES}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_cycles_not_even_inside_functions():
+    graph = {module_name(path): imports_of(path) - {module_name(path)} for path in PACKAGE.rglob("*.py")}
+    graph = {module: {dep for dep in deps if dep != "bloomctl"} for module, deps in graph.items()}
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
+
+
+def loaded_modules(code: str) -> set[str]:
+    script = f"import sys\n{code}\nprint('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return set(result.stdout.split())
+
+
+def test_help_loads_only_the_light_modules():
+    code = "from bloomctl.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass"
+    loaded = loaded_modules(code)
+    heavy = sorted(name for name in loaded if any(name == h or name.startswith(h + ".") for h in HEAVY))
+    assert heavy == []
+
+
+def test_public_api_at_the_top_loads_lazily():
+    assert "bloomctl.filters" not in loaded_modules("import bloomctl")
+    loaded = loaded_modules("from bloomctl import Filter, ShardedFilter, open_filter, plan")
+    assert {"bloomctl.filters", "bloomctl.planner"} <= loaded
+    import bloomctl
+    from bloomctl import Filter, ShardedFilter, open_filter, plan
+    from bloomctl.filters import Filter as DefinedFilter
+
+    assert Filter is DefinedFilter and issubclass(ShardedFilter, Filter) and callable(open_filter)
+    assert plan(1_000_000, 0.01).size_bytes == 1_378_568
+    assert set(bloomctl.__all__) <= set(dir(bloomctl))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        bloomctl.nope  # noqa: B018
