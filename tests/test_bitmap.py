@@ -211,7 +211,7 @@ def test_functions_on_every_cluster_master(cluster):
 
 @pytest.mark.skipif(not shutil.which("redis-cli"), reason="redis-cli not installed")
 def test_readme_redis_cli_example(cli_plain, plain):
-    """Any client can use the filter with FCALL: the README's redis-cli lines, run for real."""
+    """Any client can use the filter with FCALL: docs/bitmap-format.md's redis-cli lines, run for real."""
     assert cli_plain("reserve", "users", "-c", "1000", "-e", "1%", "--backend", "bitmap").exit_code == 0
 
     def rcli(*args: str) -> str:
@@ -223,7 +223,7 @@ def test_readme_redis_cli_example(cli_plain, plain):
     assert rcli("FCALL_RO", "bloomctl_exists", "1", "users", "user:42") == "1"
     assert rcli("FCALL_RO", "bloomctl_mexists", "1", "users", "user:42", "user:43").split() == ["1", "0"]
     assert rcli("FCALL_RO", "bloomctl_card", "1", "users") == "1"
-    # a missing key is an error, not a silent nil: the README's dual-write recipe relies on it
+    # a missing key is an error, not a silent nil: the dual-write recipe (docs/rebuild.md) relies on it
     missing = subprocess.run(
         ["redis-cli", "-p", str(plain.port), "FCALL", "bloomctl_add", "1", "nosuch", "x"],
         capture_output=True,
