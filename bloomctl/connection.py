@@ -58,9 +58,9 @@ def read_password_file(path: str | os.PathLike[str]) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"cannot read `password_file` {os.fspath(path)!r}: {exc.strerror}") from None
+        raise UsageError("cannot read `password_file` %r: %s", os.fspath(path), exc.strerror) from None
     except UnicodeDecodeError:
-        raise UsageError(f"`password_file` {os.fspath(path)!r} is not UTF-8 text") from None
+        raise UsageError("`password_file` %r is not UTF-8 text", os.fspath(path)) from None
     return text.rstrip("\r\n")
 
 
@@ -87,11 +87,11 @@ class ConnectionSettings:
             parts = urlsplit(self.url)
             has_password = bool(parts.password)
         except ValueError as exc:
-            raise UsageError(f"invalid `url` {self.redacted_url}: {exc}") from None
+            raise UsageError("invalid `url` %s: %s", self.redacted_url, _scrub(str(exc), self)) from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             raise UsageError(
-                f"unsupported URL scheme {scheme!r} in {self.redacted_url}: use redis://, rediss:// or unix://"
+                "unsupported URL scheme %r in %s: use redis://, rediss:// or unix://", scheme, self.redacted_url
             )
         if (self.tls_ca or self.tls_cert or self.tls_key) and scheme != "rediss":
             raise UsageError("`tls_ca`/`tls_cert`/`tls_key` need a rediss:// URL")
@@ -161,7 +161,7 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
     except redis.exceptions.RedisError as exc:
         raise connection_error(exc, settings) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
-        raise UsageError(f"invalid `url` {settings.redacted_url}: {_scrub(str(exc), settings)}") from None
+        raise UsageError("invalid `url` %s: %s", settings.redacted_url, _scrub(str(exc), settings)) from None
 
 
 def _answers_moved(client: Any) -> bool:
@@ -201,16 +201,18 @@ def connection_error(exc: Exception, settings: ConnectionSettings) -> Connection
     where = settings.redacted_url
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
         return ConnectionFailed(
-            f"authentication failed at {where} (check the URL's user and password, {PASSWORD_ENV} or `password_file`)"
+            "authentication failed at %s (check the URL's user and password, %s or `password_file`)",
+            where,
+            PASSWORD_ENV,
         )
     if isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc):
-        return ConnectionFailed(f"{where} requires a password: put it in the URL, {PASSWORD_ENV} or `password_file`")
+        return ConnectionFailed("%s requires a password: put it in the URL, %s or `password_file`", where, PASSWORD_ENV)
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return ConnectionFailed(
-            f"the server at {where} denies this user a command bloomctl needs: {_scrub(str(exc), settings)}"
+            "the server at %s denies this user a command bloomctl needs: %s", where, _scrub(str(exc), settings)
         )
     if isinstance(exc, redis.exceptions.TimeoutError):
-        return ConnectionFailed(f"timed out talking to {where}")
+        return ConnectionFailed("timed out talking to %s", where)
     if isinstance(exc, redis.exceptions.ConnectionError):
-        return ConnectionFailed(f"cannot connect to {where}: {_scrub(str(exc), settings)}")
-    return ConnectionFailed(f"server error at {where}: {_scrub(str(exc), settings)}")
+        return ConnectionFailed("cannot connect to %s: %s", where, _scrub(str(exc), settings))
+    return ConnectionFailed("server error at %s: %s", where, _scrub(str(exc), settings))

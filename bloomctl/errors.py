@@ -5,10 +5,14 @@ an exit code. The codes are a public interface documented in docs/commands.md.
 
 Messages name the library's parameters in backticks (`` `capacity` ``, `` `allow_shrink` ``):
 a Python caller reads the keyword to pass, and the CLI shows the matching flag (``--capacity``).
+Text that comes from elsewhere (a key name, a file name, a server's own error) is never written
+into the message itself but passed as a value (``UsageError("`template` %r: %s", template, exc)``),
+so the CLI's translation of the template cannot touch it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 
 
@@ -27,9 +31,23 @@ class ExitCode(IntEnum):
 
 
 class BloomctlError(Exception):
-    """Base class: every error the library raises on purpose."""
+    """Base class: every error the library raises on purpose.
+
+    ``message`` is the text, or with ``values`` a %-template for them (``%s``, ``%r``; ``%%`` for a
+    percent sign).
+    """
 
     exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *values: object) -> None:
+        self.template = message
+        self.values = values
+        super().__init__(message % values if values else message)
+
+    def render(self, translate: Callable[[str], str]) -> str:
+        """The message with ``translate`` applied to the template only (never to the values)."""
+        template = translate(self.template)
+        return template % self.values if self.values else template
 
 
 class UsageError(BloomctlError):

@@ -90,13 +90,13 @@ class Thresholds:
         if self.warn is None:
             object.__setattr__(self, "warn", min(DEFAULT_WARN, self.max))
         if not self.warn_at > 0:
-            raise UsageError(f"`warn` must be positive, got {self.warn}")
+            raise UsageError("`warn` must be positive, got %s", self.warn)
         if not self.max > 0:
-            raise UsageError(f"`max` must be positive, got {self.max}")
+            raise UsageError("`max` must be positive, got %s", self.max)
         if self.warn_at > self.max:
-            raise UsageError(f"`warn` ({self.warn}) must not be above `max` ({self.max})")
+            raise UsageError("`warn` (%s) must not be above `max` (%s)", self.warn, self.max)
         if self.max_fpr is not None and not 0 < self.max_fpr < 1:
-            raise UsageError(f"`max_fpr` must be strictly between 0 and 1, got {self.max_fpr}")
+            raise UsageError("`max_fpr` must be strictly between 0 and 1, got %s", self.max_fpr)
 
     @property
     def warn_at(self) -> float:

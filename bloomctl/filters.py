@@ -69,7 +69,7 @@ class ShardedFilter(Filter):
         super().__init__(client, key)
         manifest = read_manifest(client, self.key)
         if manifest is None:
-            raise StateConflict(f"{to_display(self.key)!r} is not a sharded filter")
+            raise StateConflict("%r is not a sharded filter", to_display(self.key))
         self.manifest = manifest
         self._backend = backends.get(manifest.backend)
 

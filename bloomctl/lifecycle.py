@@ -9,6 +9,7 @@ the CLI get the same behaviour from the same call. The steps themselves live in
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from bloomctl import backends
@@ -62,7 +63,7 @@ def reserve(
         )
     chosen = backends.choose(server, backend)
     if if_not_exists and (existing := existing_sharded(client, key, plan, shards, chosen.name)) is not None:
-        return ReserveResult(created=False, state=None, backend=chosen.name, manifest=existing)
+        return ReserveResult(created=False, state=None, backend=chosen.name, manifest=existing, existing=True)
     return reserve_sharded(client, server, key, plan, shards, backend=chosen.name, force=force, dry_run=dry_run)
 
 
@@ -114,19 +115,26 @@ def swap(
     member (resuming an interrupted swap). Pass ``lock`` when the caller already holds it (a rebuild).
     """
     to_keep_ms(keep_old_seconds)  # checked before anything is taken or written
-    if lock is None:
-        with FilterLock(client, key, command="bloomctl swap") as own:
-            return swap(
-                client,
-                server,
-                key,
-                standby=standby,
-                keep_old_seconds=keep_old_seconds,
-                min_ratio=min_ratio,
-                allow_shrink=allow_shrink,
-                confirm=confirm,
-                lock=own,
-            )
+    if standby is not None and read_manifest(client, key) is not None:
+        raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
+    held = nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap")
+    with held as the_lock:
+        return _swap_under_lock(
+            client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, confirm, the_lock
+        )
+
+
+def _swap_under_lock(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    standby: str | bytes | None,
+    keep_old_seconds: float,
+    min_ratio: float,
+    allow_shrink: bool,
+    confirm: Confirm | None,
+    lock: FilterLock,
+) -> SwapResult:
     family = KeyFamily.of(key)
     manifest = read_manifest(client, family.active)
     if manifest is not None:
@@ -157,12 +165,15 @@ class RollbackResult:
     manifest: Manifest | None = None
 
 
-def rollback(client: RedisClient, key: str | bytes, *, confirm: Confirm | None = None) -> RollbackResult:
+def rollback(
+    client: RedisClient, key: str | bytes, *, confirm: Confirm | None = None, lock: FilterLock | None = None
+) -> RollbackResult:
     """Atomically restore the filter ``key`` had before the last swap (kept with ``keep_old_seconds``),
-    under the filter's lock. The filter rolled back from becomes the standby, so a swap re-applies it."""
+    under the filter's lock (pass ``lock`` when the caller holds it). The filter rolled back from
+    becomes the standby, so a swap re-applies it."""
     family = KeyFamily.of(key)
     manifest = read_manifest(client, family.active)
-    with FilterLock(client, family.active, command="bloomctl rollback"):
+    with nullcontext(lock) if lock is not None else FilterLock(client, family.active, command="bloomctl rollback"):
         if manifest is not None:
             _confirmed(confirm, f"Roll the {manifest.shards} shards of {to_display(family.active)!r} back?")
             rollback_sharded(client, manifest)

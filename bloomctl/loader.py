@@ -157,8 +157,12 @@ class Loader:
             errors = [flag for flag in reply if isinstance(flag, Exception)]
             detail = str(errors[0]) if errors else f"{len(reply)} results for a batch of {expected}: {reply[:3]}"
             if "full" in detail:
-                detail += ": the filter reached its capacity (raise `capacity` or `headroom`)"
-            raise StateConflict(f"writing to {to_display(target.key)!r} failed: {detail}")
+                raise StateConflict(
+                    "writing to %r failed: %s: the filter reached its capacity (raise `capacity` or `headroom`)",
+                    to_display(target.key),
+                    detail,
+                )
+            raise StateConflict("writing to %r failed: %s", to_display(target.key), detail)
         self.stats.added += added
         self.stats.duplicates += expected - added
         if self.progress is not None:

@@ -77,7 +77,7 @@ class FilterLock:
             holder = describe_holder(self.client.get(self.lock_key))
             ttl = self.client.pttl(self.lock_key)
             expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""
-            raise LockHeld(f"{to_display(self.family.active)!r} is locked by {holder}{expiry}")
+            raise LockHeld("%r is locked by %s%s", to_display(self.family.active), holder, expiry)
         self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
         self._thread.start()
 
@@ -94,7 +94,7 @@ class FilterLock:
     def check(self) -> None:
         """Raise when the renewal thread found the lock lost (expired, maybe taken): the caller must stop."""
         if self.lost.is_set():
-            raise StateConflict(f"lost the lock on {to_display(self.family.active)!r} (it expired): nothing swapped")
+            raise StateConflict("lost the lock on %r (it expired): nothing swapped", to_display(self.family.active))
 
     def check_held(self) -> None:
         """Ask the server now (not the renewal thread's last look) whether the lock is still ours."""

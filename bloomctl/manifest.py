@@ -128,8 +128,10 @@ def read_manifest(client: RedisClient, key: str | bytes) -> Manifest | None:
         return None
     if fields.get("format") != str(MANIFEST_FORMAT) or fields.get("routing") != ROUTING:
         raise StateConflict(
-            f"{to_display(raw)!r} is a sharded filter of format {fields.get('format')} / routing "
-            f"{fields.get('routing')}, which this bloomctl does not know: upgrade bloomctl"
+            "%r is a sharded filter of format %s / routing %s, which this bloomctl does not know: upgrade bloomctl",
+            to_display(raw),
+            fields.get("format"),
+            fields.get("routing"),
         )
     try:
         members = tuple(m.encode("utf-8", "surrogateescape") for m in json.loads(fields["members"]))
@@ -145,9 +147,9 @@ def read_manifest(client: RedisClient, key: str | bytes) -> Manifest | None:
             created_by=fields.get("created_by", ""),
         )
     except (KeyError, ValueError, TypeError, AttributeError) as exc:
-        raise StateConflict(f"{to_display(raw)!r} holds a damaged sharded-filter manifest ({exc!r})") from None
+        raise StateConflict("%r holds a damaged sharded-filter manifest (%r)", to_display(raw), exc) from None
     if len(manifest.members) != manifest.shards or manifest.backend not in backends.names():
-        raise StateConflict(f"{to_display(raw)!r} holds a damaged sharded-filter manifest")
+        raise StateConflict("%r holds a damaged sharded-filter manifest", to_display(raw))
     return manifest
 
 
@@ -178,7 +180,7 @@ def write_manifest(client: RedisClient, manifest: Manifest) -> None:
     """Create the manifest in one step (no reader sees half of it); it never changes afterwards."""
     fields = [part for pair in manifest.as_hash().items() for part in pair]
     if not client.register_script(WRITE_MANIFEST_LUA)(keys=[manifest.key], args=fields):
-        raise StateConflict(f"{to_display(manifest.key)!r} already exists")
+        raise StateConflict("%r already exists", to_display(manifest.key))
 
 
 def select_manifests(node: Any, keys: list[bytes]) -> list[bytes]:

@@ -32,6 +32,10 @@ def check_memory(client: RedisClient, planned: list[tuple[bytes, int]]) -> None:
         if limit and size > limit - used:
             source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
             raise StateConflict(
-                f"the new filter(s) need {size:,} bytes on one node but it has {max(limit - used, 0):,} left "
-                f"({source} {limit:,}, used {used:,}): lower `capacity` or raise `error_rate`, or pass `force`"
+                "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): lower `capacity` or raise `error_rate`, or pass `force`",
+                f"{size:,}",
+                f"{max(limit - used, 0):,}",
+                source,
+                f"{limit:,}",
+                f"{used:,}",
             )

@@ -41,14 +41,14 @@ def parse_count(text: str | int, what: str = "capacity") -> int:
     else:
         match = _NUMBER_RE.match(str(text))
         if not match:
-            raise UsageError(f"{what} {text!r} is not a number (examples: 1000000, 1_000_000, 1e6, 1M, 2.5k)")
+            raise UsageError("%s %r is not a number (examples: 1000000, 1_000_000, 1e6, 1M, 2.5k)", what, text)
         value = float(match.group(1).replace("_", "")) * _SUFFIXES[match.group(2).lower()]
     if not math.isfinite(value) or value >= 2**63:
-        raise UsageError(f"{what} {text!r} is too large")
+        raise UsageError("%s %r is too large", what, text)
     if value != int(value):
-        raise UsageError(f"{what} {text!r} is not a whole number")
+        raise UsageError("%s %r is not a whole number", what, text)
     if value < 1:
-        raise UsageError(f"{what} must be at least 1, got {text!r}")
+        raise UsageError("%s must be at least 1, got %r", what, text)
     return int(value)
 
 
@@ -58,15 +58,15 @@ def parse_error_rate(text: str | float) -> float:
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise UsageError(f"error rate {text!r} is not a number (examples: 0.01, 1%)") from None
+        raise UsageError("error rate %r is not a number (examples: 0.01, 1%%)", text) from None
     if not 0 < value < 1:
-        raise UsageError(f"error rate must be strictly between 0 and 1 (0% and 100%), got {text!r}")
+        raise UsageError("error rate must be strictly between 0 and 1 (0%% and 100%%), got %r", text)
     return value
 
 
 def validate_expansion(expansion: int) -> int:
     if expansion < 1:
-        raise UsageError(f"`expansion` must be at least 1, got {expansion}")
+        raise UsageError("`expansion` must be at least 1, got %s", expansion)
     return expansion
 
 
@@ -240,13 +240,13 @@ def estimated_fpr(items: int, bits: int, hashes: int) -> float:
 def plan(capacity: int, error_rate: float, expansion: int | None = DEFAULT_EXPANSION, items: int | None = None) -> Plan:
     """Validate the inputs and size the filter. ``expansion=None`` means NONSCALING."""
     if capacity < 1:
-        raise UsageError(f"`capacity` must be at least 1, got {capacity}")
+        raise UsageError("`capacity` must be at least 1, got %s", capacity)
     if not 0 < error_rate < 1:
-        raise UsageError(f"`error_rate` must be strictly between 0 and 1, got {error_rate}")
+        raise UsageError("`error_rate` must be strictly between 0 and 1, got %s", error_rate)
     if expansion is not None:
         validate_expansion(expansion)
     if items is not None and items < 0:
-        raise UsageError(f"`items` must not be negative, got {items}")
+        raise UsageError("`items` must not be negative, got %s", items)
     return Plan(capacity=capacity, error_rate=error_rate, expansion=expansion, items=items)
 
 
@@ -255,7 +255,7 @@ def plan(capacity: int, error_rate: float, expansion: int | None = DEFAULT_EXPAN
 
 def validate_shards(shards: int) -> int:
     if not 1 <= shards <= MAX_SHARDS:
-        raise UsageError(f"`shards` must be between 1 and {MAX_SHARDS}, got {shards}")
+        raise UsageError("`shards` must be between 1 and %s, got %s", MAX_SHARDS, shards)
     return shards
 
 

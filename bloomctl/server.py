@@ -56,7 +56,7 @@ class ServerInfo:
 
     def require_bloom(self) -> None:
         if not self.has_bloom:
-            raise UnsupportedServer(f"{self.description} has no BF.* commands: {NO_BLOOM_HELP}")
+            raise UnsupportedServer("%s has no BF.* commands: " + NO_BLOOM_HELP, self.description)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -93,11 +93,11 @@ def reserve_sharded(
     if backends.key_type(client, raw) != b"none":
         existing = read_manifest(client, raw)
         detail = f"a sharded filter with {existing.shards} shards" if existing else "a key"
-        raise StateConflict(f"{to_display(raw)!r} already exists ({detail})")
+        raise StateConflict("%r already exists (%s)", to_display(raw), detail)
     manifest = new_manifest(client, raw, shards, per_shard, chosen)
     for member in manifest.members:
         if backends.key_type(client, member) != b"none":
-            raise StateConflict(f"member {to_display(member)!r} already exists")
+            raise StateConflict("member %r already exists", to_display(member))
     if not force:  # added up per node: several members can share one
         check_memory(client, [(member, chosen.size_bytes(per_shard)) for member in manifest.members])
     result = ReserveResult(
@@ -193,10 +193,10 @@ def prepare_sharded_swap(
         finished = {read_metadata(client, f.meta).get("generation") for f in done}
         if len(generations) != 1 or None in generations or finished != generations:
             missing = ", ".join(to_display(f.standby) for f in done)
-            raise StateConflict(f"the standby of {len(done)} shard(s) does not exist: {missing}")
+            raise StateConflict("the standby of %s shard(s) does not exist: %s", len(done), missing)
     prepared = [prepare_swap(client, server, f.active, min_ratio=min_ratio, allow_shrink=allow_shrink) for f in pending]
     if not prepared:
-        raise StateConflict(f"no shard of {to_display(manifest.key)!r} has a standby to swap in")
+        raise StateConflict("no shard of %r has a standby to swap in", to_display(manifest.key))
     return prepared, len(done)
 
 
@@ -223,8 +223,11 @@ def swap_sharded(
         except Exception as exc:
             swapped = already_done + index
             raise StateConflict(
-                f"the sharded swap stopped after {swapped} of {manifest.shards} shards ({exc}); every shard answers "
-                f"correctly meanwhile: run `bloomctl swap {to_display(manifest.key)}` again to finish"
+                "the sharded swap stopped after %s of %s shards (%s); every shard answers correctly meanwhile: run `bloomctl swap %s` again to finish",
+                swapped,
+                manifest.shards,
+                exc,
+                to_display(manifest.key),
             ) from exc
     return replaced
 
@@ -232,8 +235,8 @@ def swap_sharded(
 def rollback_sharded(client: RedisClient, manifest: Manifest) -> None:
     for family in manifest.families:  # every member must be able to roll back before any moves
         if backends.key_type(client, family.old) == b"none":
-            raise StateConflict(f"shard {to_display(family.active)!r} has no old filter to roll back to")
+            raise StateConflict("shard %r has no old filter to roll back to", to_display(family.active))
         if backends.key_type(client, family.standby) != b"none":
-            raise StateConflict(f"shard {to_display(family.active)!r} has a standby; swap it in or delete it first")
+            raise StateConflict("shard %r has a standby; swap it in or delete it first", to_display(family.active))
     for member in manifest.members:
         rollback(client, member)

@@ -38,6 +38,7 @@ class ReserveResult:
     predicted_size: int | None = None  # what the plan said the server would report
     manifest: Manifest | None = None  # a sharded filter's
     member_states: tuple[FilterState, ...] = ()  # a sharded filter's members, as created
+    existing: bool = False  # an existing filter with these parameters was accepted (if_not_exists)
 
     @property
     def size_mismatch(self) -> bool:
@@ -77,15 +78,19 @@ def reserve(
         existing = backends.for_key(client, family.active)
         state = existing.info(client, family.active)
         if if_not_exists and existing is chosen and plan_matches(plan, state):
-            return ReserveResult(created=False, state=state, backend=chosen.name)
+            return ReserveResult(created=False, state=state, backend=chosen.name, existing=True)
         detail = "with different parameters" if if_not_exists else "(pass `if_not_exists` to accept a matching filter)"
         raise StateConflict(
-            f"filter {name!r} already exists {detail}: {existing.name}, capacity {state.capacity:,}, {state.items:,} items"
+            "filter %r already exists " + detail + ": %s, capacity %s, %s items",
+            name,
+            existing.name,
+            f"{state.capacity:,}",
+            f"{state.items:,}",
         )
     meta_kind = backends.key_type(client, family.meta)
     if meta_kind not in (b"none", b"hash"):
         raise StateConflict(
-            f"{to_display(family.meta)!r} holds {backends.describe_type(meta_kind)}, not bloomctl metadata"
+            "%r holds %s, not bloomctl metadata", to_display(family.meta), backends.describe_type(meta_kind)
         )
     predicted = chosen.size_bytes(plan)
     if not force:
@@ -233,7 +238,7 @@ def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
 def to_keep_ms(seconds: float) -> int:
     """Milliseconds for PEXPIRE: a positive keep never rounds down to 0 (which would unlink)."""
     if not 0 <= seconds <= MAX_KEEP_OLD_SECONDS or seconds != seconds:
-        raise UsageError(f"`keep_old` must be between 0 and {MAX_KEEP_OLD_SECONDS} seconds, got {seconds}")
+        raise UsageError("`keep_old` must be between 0 and %s seconds, got %s", MAX_KEEP_OLD_SECONDS, seconds)
     return math.ceil(seconds * 1000)
 
 
@@ -304,19 +309,23 @@ def prepare_swap(
     companions = set(family.all_keys().values()) - {family.standby}
     if standby_key in companions or standby_meta_key(family, standby_key) in companions - {family.standby_meta}:
         raise StateConflict(
-            f"the standby {to_display(standby_key)!r} must not be the active filter or one of its companion keys"
+            "the standby %r must not be the active filter or one of its companion keys", to_display(standby_key)
         )
     if server.cluster and KeyFamily.of(standby_key).slot != family.slot:
         raise StateConflict(
-            f"standby {to_display(standby_key)!r} is in slot {KeyFamily.of(standby_key).slot}, the active filter in "
-            f"slot {family.slot}: on a cluster both must share a hash tag (default standby: {to_display(family.standby)!r})"
+            "standby %r is in slot %s, the active filter in slot %s: on a cluster both must share a hash tag (default standby: %r)",
+            to_display(standby_key),
+            KeyFamily.of(standby_key).slot,
+            family.slot,
+            to_display(family.standby),
         )
     backend = backends.for_key(client, standby_key, "standby")
     state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
     if state in UNFINISHED:
         raise StateConflict(
-            f"the standby {to_display(standby_key)!r} is from a rebuild that did not finish ({state}): "
-            "run the rebuild again"
+            "the standby %r is from a rebuild that did not finish (%s): run the rebuild again",
+            to_display(standby_key),
+            state,
         )
     standby_state = _counted(backend, client, standby_key)
     active_state = None
@@ -324,16 +333,20 @@ def prepare_swap(
         active_backend = backends.for_key(client, family.active, "active filter")
         if active_backend is not backend:
             raise StateConflict(
-                f"the standby is a {backend.name} filter and the active one a {active_backend.name} filter: "
-                "readers of the active key would break"
+                "the standby is a %s filter and the active one a %s filter: readers of the active key would break",
+                backend.name,
+                active_backend.name,
             )
         active_state = _counted(backend, client, family.active)
     result = SwapPlan(family, standby_key, backend, standby_state, active_state)
     ratio = result.shrink_ratio
     if active_state is not None and ratio is not None and ratio < min_ratio and not allow_shrink:
         raise StateConflict(
-            f"standby has {standby_state.items:,} items, {ratio:.1%} of the active filter's {active_state.items:,} "
-            f"(guard: {min_ratio:.0%}); pass `allow_shrink` if that is intended"
+            "standby has %s items, %s of the active filter's %s (guard: %s); pass `allow_shrink` if that is intended",
+            f"{standby_state.items:,}",
+            f"{ratio:.1%}",
+            f"{active_state.items:,}",
+            f"{min_ratio:.0%}",
         )
     return result
 
@@ -355,11 +368,11 @@ def rollback(client: RedisClient, key: str | bytes) -> None:
     family = KeyFamily.of(key)
     if backends.key_type(client, family.old) == b"none":
         raise KeyMissing(
-            f"no old filter {to_display(family.old)!r} to roll back to (a swap with `keep_old` seconds keeps one)"
+            "no old filter %r to roll back to (a swap with `keep_old` seconds keeps one)", to_display(family.old)
         )
     backends.for_key(client, family.old, "old filter")
     if backends.key_type(client, family.standby) != b"none":
         raise StateConflict(
-            f"standby {to_display(family.standby)!r} exists; swap it in or delete it before rolling back"
+            "standby %r exists; swap it in or delete it before rolling back", to_display(family.standby)
         )
     atomic_rollback(client, family)

@@ -28,7 +28,7 @@ def get(name: str) -> Backend:
     try:
         return _BACKENDS[name]
     except KeyError:
-        raise UsageError(f"unknown backend {name!r}: choose auto, redisbloom or bitmap") from None
+        raise UsageError("unknown backend %r: choose auto, redisbloom or bitmap", name) from None
 
 
 def names() -> list[str]:
@@ -69,11 +69,11 @@ def for_key(client: RedisClient, key: bytes, role: str = "filter") -> Backend:
     """The backend of the filter at ``key``, recognised from the key itself."""
     kind = key_type(client, key)
     if kind == b"none":
-        raise KeyMissing(f"{role} {to_display(key)!r} does not exist")
+        raise KeyMissing("%s %r does not exist", role, to_display(key))
     for backend in _BACKENDS.values():
         if backend.owns(client, key, kind):
             return backend
     detail = (
         "a string that is not a bloomctl filter" if kind == b"string" else f"{describe_type(kind)}, not a Bloom filter"
     )
-    raise WrongType(f"{role} {to_display(key)!r} holds {detail}")
+    raise WrongType("%s %r holds %s", role, to_display(key), detail)

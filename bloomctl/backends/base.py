@@ -140,7 +140,7 @@ class Backend(ABC):
             raise UsageError("`expansion` and `nonscaling` exclude each other")
         if not self.grows:
             if expansion is not None:
-                raise UsageError(f"{self.name} filters do not grow: leave out `expansion`")
+                raise UsageError("%s filters do not grow: leave out `expansion`", self.name)
             return None
         if nonscaling:
             return None

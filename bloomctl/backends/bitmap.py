@@ -107,19 +107,25 @@ def recognise(head: bytes, length: int) -> bool:
     )
 
 
+def _library_state(version: int | None) -> str:
+    if version is None:
+        return "missing"
+    return "current" if version == LIBRARY_VERSION else "outdated" if version < LIBRARY_VERSION else "newer"
+
+
 def _error(exc: Exception, key: bytes) -> Exception:
     text = str(exc)
     name = to_display(key)
     if "not found" in text and "unction" not in text:
-        return KeyMissing(f"no filter at key {name!r}")
+        return KeyMissing("no filter at key %r", name)
     if text.startswith("WRONGTYPE") or "WRONGTYPE" in text:
-        return WrongType(f"key {name!r} is not a bloomctl bitmap filter")
+        return WrongType("key %r is not a bloomctl bitmap filter", name)
     if "item exists" in text:
-        return StateConflict(f"key {name!r} already exists")
+        return StateConflict("key %r already exists", name)
     if "exceeds the 512 MB" in text:
         return UsageError(text.removeprefix("ERR "))
     if "filter format" in text:
-        return UnsupportedServer(f"key {name!r}: {text.removeprefix('ERR ')} (a newer bloomctl wrote it)")
+        return UnsupportedServer("key %r: %s (a newer bloomctl wrote it)", name, text.removeprefix("ERR "))
     return exc
 
 
@@ -171,8 +177,10 @@ class Bitmap(Backend):
             newer = {node: v for node, v in self.installed_versions(client).items() if v and v > LIBRARY_VERSION}
             if newer:
                 raise UnsupportedServer(
-                    f"a newer bloomctl installed library version {max(newer.values())} on {', '.join(newer)}: "
-                    f"upgrade bloomctl (this one has version {LIBRARY_VERSION}), or pass `force` to downgrade"
+                    "a newer bloomctl installed library version %s on %s: upgrade bloomctl (this one has version %s), or pass `force` to downgrade",
+                    max(newer.values()),
+                    ", ".join(newer),
+                    LIBRARY_VERSION,
                 )
         sha = None
         for node in primaries(client):
@@ -182,6 +190,19 @@ class Bitmap(Backend):
                 sha = node.script_load(script_source())
         self._modes[client] = (mode, sha)
         return mode
+
+    def library_status(self, client: RedisClient) -> dict[str, Any]:
+        """The library on every primary: its version and ``current``, ``outdated``, ``newer`` or ``missing``."""
+        mode = self.detect_mode(client)
+        versions = self.installed_versions(client) if mode == FUNCTIONS else {}
+        states = {node: _library_state(version) for node, version in versions.items()}
+        return {
+            "mode": mode,
+            "library": LIBRARY_NAME,
+            "expected_version": LIBRARY_VERSION,
+            "nodes": [{"node": node, "version": versions[node], "state": state} for node, state in states.items()],
+            "ok": all(state == "current" for state in states.values()),
+        }
 
     def ensure(self, client: RedisClient) -> tuple[str, str | None]:
         """Make sure the current library is callable; install it when absent, refuse an outdated one."""
@@ -196,15 +217,17 @@ class Bitmap(Backend):
         newer = {node: v for node, v in versions.items() if v is not None and v > LIBRARY_VERSION}
         if newer:
             raise UnsupportedServer(
-                f"the server has the bloomctl function library version {max(newer.values())}, newer than this "
-                f"bloomctl's {LIBRARY_VERSION}: upgrade bloomctl"
+                "the server has the bloomctl function library version %s, newer than this bloomctl's %s: upgrade bloomctl",
+                max(newer.values()),
+                LIBRARY_VERSION,
             )
         outdated = {node: v for node, v in versions.items() if v is not None and v < LIBRARY_VERSION}
         if outdated:
             detail = ", ".join(f"{node} has version {v}" for node, v in outdated.items())
             raise UnsupportedServer(
-                f"the bloomctl function library on the server is outdated ({detail}, this bloomctl needs "
-                f"{LIBRARY_VERSION}): run `bloomctl functions install`"
+                "the bloomctl function library on the server is outdated (%s, this bloomctl needs %s): run `bloomctl functions install`",
+                detail,
+                LIBRARY_VERSION,
             )
         if any(v is None for v in versions.values()):
             self.install(client)
@@ -236,8 +259,8 @@ class Bitmap(Backend):
             raise UsageError("bitmap filters do not grow: use `nonscaling` (or leave `expansion` out)")
         if plan.first.bits > MAX_BITS:
             raise UsageError(
-                f"{plan.first.bytes:,} bytes of bits exceed Redis's 512 MB string limit: lower `capacity` or raise "
-                "`error_rate`, or split the set over several filters (shards)"
+                "%s bytes of bits exceed Redis's 512 MB string limit: lower `capacity` or raise `error_rate`, or split the set over several filters (shards)",
+                f"{plan.first.bytes:,}",
             )
         return plan
 

@@ -45,15 +45,15 @@ def _bf_error(exc: Exception, key: bytes) -> Exception:
     text = str(exc)
     name = to_display(key)
     if "not found" in text:
-        return KeyMissing(f"no filter at key {name!r}")
+        return KeyMissing("no filter at key %r", name)
     if text.startswith("WRONGTYPE"):
-        return WrongType(f"key {name!r} is not a RedisBloom filter")
+        return WrongType("key %r is not a RedisBloom filter", name)
     if "item exists" in text:
-        return StateConflict(f"key {name!r} already exists")
+        return StateConflict("key %r already exists", name)
     if text.startswith("ERR bad ") or "must be" in text:  # ERR bad capacity / error rate / expansion
-        return UsageError(f"the server refused the arguments: {text.removeprefix('ERR ')}")
+        return UsageError("the server refused the arguments: %s", text.removeprefix("ERR "))
     if "unknown command" in text.lower():
-        return UnsupportedServer(f"the server does not know this command: {text}")
+        return UnsupportedServer("the server does not know this command: %s", text)
     return exc
 
 
@@ -148,11 +148,13 @@ class RedisBloom(Backend):
             while current < len(ends) and offset >= ends[current]:
                 current += 1
             if current >= len(ends) or offset + len(chunk) > ends[current]:
-                raise StateConflict(f"filter {to_display(key)!r} changed shape during the scan; run again")
+                raise StateConflict("filter %r changed shape during the scan; run again", to_display(key))
             counts[current] += int.from_bytes(chunk, "little").bit_count()
             offset += len(chunk)
         if offset != total:
-            raise StateConflict(f"filter {to_display(key)!r} scan returned {offset} bytes, expected {total}; run again")
+            raise StateConflict(
+                "filter %r scan returned %s bytes, expected %s; run again", to_display(key), offset, total
+            )
         subs = tuple(replace(sub, bits_set=count) for sub, count in zip(state.subfilters, counts, strict=True))
         return replace(state, subfilters=subs)
 

@@ -18,7 +18,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 
 
 def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"bloomctl: error: {to_flags(message)}", err=True)
+    click.echo(f"bloomctl: error: {message}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -31,7 +31,7 @@ class BloomctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BloomctlError as exc:
-            _fail(exc.exit_code, str(exc))
+            _fail(exc.exit_code, exc.render(to_flags))
         except KeyboardInterrupt:
             _fail(ExitCode.INTERRUPTED, "interrupted")
         except Exception as exc:
@@ -43,7 +43,7 @@ class BloomctlGroup(click.Group):
             settings = app.settings if app is not None else None
             if settings is None:
                 _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}")
-            _fail(ExitCode.CONNECTION, str(connection_error(exc, settings)))
+            _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags))
 
     def main(  # type: ignore[override]
         self,

@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
 @click.option("--force", is_flag=True, help="Create the filter even if it is bigger than the server's free memory.")
 @shards_option("Create a sharded filter: N member filters on different slots (and nodes), CAPACITY split between them.")
 @backend_option(
-    "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it."
+    "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it. "
+    "An existing filter's backend is read from the key."
 )
 @format_option("table", "json")
 @click.pass_obj
@@ -115,7 +116,7 @@ def render_reserve(key: str, the_plan: Plan, result: ReserveResult, dry_run: boo
 def render_sharded_reserve(app: AppContext, key: str, result: ReserveResult, dry_run: bool, output_format: str) -> None:
     manifest = result.manifest
     assert manifest is not None
-    if not result.created and not dry_run:
+    if result.existing:
         click.echo(f"{to_display(manifest.key)!r} already exists with {manifest.shards} shards: nothing to do")
         return
     states = result.member_states

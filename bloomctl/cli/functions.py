@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bloomctl.cli.context import AppContext
@@ -22,29 +24,13 @@ def functions_group() -> None:
     """
 
 
-def _state(version: int | None, expected: int) -> str:
-    if version is None:
-        return "missing"
-    return "current" if version == expected else "outdated" if version < expected else "newer"
+def _status(app: AppContext) -> dict[str, Any]:
+    from bloomctl.backends.bitmap import Bitmap
+
+    return Bitmap().library_status(app.client)
 
 
-def _status(app: AppContext) -> dict:
-    from bloomctl.backends.bitmap import FUNCTIONS, LIBRARY_VERSION, Bitmap
-
-    backend = Bitmap()
-    mode = backend.detect_mode(app.client)
-    nodes = backend.installed_versions(app.client) if mode == FUNCTIONS else {}
-    states = {node: _state(v, LIBRARY_VERSION) for node, v in nodes.items()}
-    return {
-        "mode": mode,
-        "library": "bloomctl",
-        "expected_version": LIBRARY_VERSION,
-        "nodes": [{"node": node, "version": nodes[node], "state": state} for node, state in states.items()],
-        "ok": all(state == "current" for state in states.values()),
-    }
-
-
-def _print_status(status: dict) -> None:
+def _print_status(status: dict[str, Any]) -> None:
     if status["mode"] != "functions":
         click.echo("mode script: this server has no Redis Functions; bloomctl loads its Lua with SCRIPT LOAD/EVALSHA")
         return

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from bloomctl.cli.options import capacity_callback, expansion_for, format_option, shards_option, sizing_options
-from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, warn
+from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags, warn
 from bloomctl.planner import Plan, plan, shard_plan, suggest_shards
 
 
@@ -45,13 +45,14 @@ BITMAP_WHEN_FULL = "a bitmap filter keeps accepting items, and its false-positiv
 
 def plan_data(p: Plan, backend: str = "redisbloom") -> dict[str, Any]:
     data: dict[str, Any] = {"backend": backend, **p.as_dict()}
+    data["warnings"] = [to_flags(message) for message in data["warnings"]]
     if backend == "bitmap":
         from bloomctl.backends import get
 
         data["size_bytes"] = get("bitmap").size_bytes(p)
         if "total_memory_bytes" in data:
             data["total_memory_bytes"] = data["size_bytes"]
-        data["warnings"] = p.warnings(BITMAP_WHEN_FULL)
+        data["warnings"] = [to_flags(message) for message in p.warnings(BITMAP_WHEN_FULL)]
     return data
 
 

@@ -18,7 +18,7 @@ from bloomctl.cli.options import (
     shards_option,
     swap_guard_options,
 )
-from bloomctl.cli.render import emit_json, fmt_rate, human_bytes, to_flags
+from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 from bloomctl.defaults import (
     AUTO,
     DB_URL_ENV,
@@ -57,7 +57,6 @@ class Reporter:
             return
         if fields.get("phase") == "count" and "rows" in fields:
             self.total = fields["rows"]
-        message = to_flags(message)
         if self.log_format == "json":
             click.echo(json.dumps({"time": round(time.time(), 3), "message": message, **fields}, default=str), err=True)
         elif self.bar is not None:

@@ -13,6 +13,8 @@ import click
 # Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
 # they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.
 FLAG_NAMES = {
+    "warn": "--warn",
+    "max": "--max",
     "csv_path": "--from-csv",
     "sql": "--from-sql",
     "query": "--from-sql",
@@ -34,23 +36,22 @@ def _flags_of(command: click.Command, flags: dict[str, str]) -> dict[str, str]:
     return flags
 
 
-def _context_flags() -> dict[str, str]:
-    """The running command's flags first, then the groups above it, then every other command's."""
-    flags: dict[str, str] = {}
+def _command_flags() -> dict[str, str]:
+    """Every command's flags, from the root of the running command line (one name means one flag
+    throughout bloomctl: a test checks it)."""
     ctx = click.get_current_context(silent=True)
-    root = ctx.find_root().command if ctx is not None else None
-    while ctx is not None:
-        if ctx.command is not root:
-            _flags_of(ctx.command, flags)
-        ctx = ctx.parent
-    return _flags_of(root, flags) if root is not None else flags
+    return _flags_of(ctx.find_root().command, {}) if ctx is not None else {}
 
 
 def to_flags(text: str) -> str:
-    """A library message as the command line says it: `error_rate` becomes --error-rate."""
+    """A library message template as the command line says it: `error_rate` becomes --error-rate.
+
+    Only for text the library wrote (error templates, plan warnings): never for text that holds
+    key names, file names or a server's words, which may contain backticks of their own.
+    """
     if "`" not in text:
         return text
-    flags = {**_context_flags(), **FLAG_NAMES}
+    flags = {**_command_flags(), **FLAG_NAMES}
     return _PARAMETER.sub(lambda match: flags.get(match.group(1), match.group(0)), text)
 
 
@@ -117,8 +118,8 @@ NUMERIC = {"capacity", "items", "error rate", "hashes", "bits", "bytes", "fill",
 
 
 def warn(message: str) -> None:
-    click.echo(f"warning: {to_flags(message)}", err=True)
+    click.echo(f"warning: {message}", err=True)
 
 
 def note(message: str) -> None:
-    click.echo(to_flags(message), err=True)
+    click.echo(message, err=True)

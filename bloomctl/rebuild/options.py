@@ -49,9 +49,12 @@ class RebuildOptions:
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RebuildOptions:
-        """The options named in ``values`` (others ignored), the defaults for the rest."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{name: value for name, value in values.items() if name in names})
+        """The options named in ``values``, the defaults for the rest; an unknown name is a bug in the
+        caller (a renamed option must not fall back to its default silently)."""
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown rebuild options: {', '.join(unknown)}")
+        return cls(**values)
 
 
 @dataclass

@@ -29,14 +29,16 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     """The options on their own and against the source; then the source itself (its header or
     query columns against the column or template)."""
     if options.batch_size < 1:
-        raise UsageError(f"`batch_size` must be at least 1, got {options.batch_size}")
+        raise UsageError("`batch_size` must be at least 1, got %s", options.batch_size)
     to_keep_ms(options.keep_old)
     if options.since_column:
         if not isinstance(source, IncrementalSource):
             raise UsageError("`since_column` needs a SQL source")
         source.check_column_name(options.since_column)
     if not 0 <= options.catchup_skew <= MAX_CATCHUP_SKEW or not 1 <= options.headroom <= MAX_HEADROOM:
-        raise UsageError(f"`catchup_skew` must be 0-{MAX_CATCHUP_SKEW:.0f} s and `headroom` 1-{MAX_HEADROOM:.0f}")
+        raise UsageError(
+            "`catchup_skew` must be 0-%s s and `headroom` 1-%s", f"{MAX_CATCHUP_SKEW:.0f}", f"{MAX_HEADROOM:.0f}"
+        )
     if options.verify_all and not source.rewindable:
         raise UsageError("`verify_all` reads the source twice: give a file, not stdin")
     source.preflight()
@@ -51,7 +53,7 @@ def recorded_parameters(
     if manifest is not None:
         backend = backends.get(manifest.backend)
         if requested not in (AUTO, backend.name):
-            raise StateConflict(f"{to_display(family.active)!r} is a sharded {backend.name} filter")
+            raise StateConflict("%r is a sharded %s filter", to_display(family.active), backend.name)
         # The members' own metadata hold the current parameters (a rebuild may have changed them);
         # the manifest's are the ones the filter was created with.
         member = read_metadata(client, KeyFamily.of(manifest.members[0]).meta)
@@ -66,7 +68,7 @@ def recorded_parameters(
         backend = backends.for_key(client, family.active, "active filter")
         if requested not in (AUTO, backend.name):
             raise StateConflict(
-                f"the active filter is a {backend.name} filter: a {requested} standby could not be swapped in"
+                "the active filter is a %s filter: a %s standby could not be swapped in", backend.name, requested
             )
         return backend, read_metadata(client, family.meta)
     return backends.choose(server, requested), {}
@@ -88,7 +90,7 @@ def resolve_plan(
     if capacity is None:
         capacity = int(meta["capacity"]) if "capacity" in meta else AUTO
     if capacity == AUTO:
-        events("counting the source for `capacity` auto", {"phase": "count"})
+        events("counting the source (capacity auto)", {"phase": "count"})
         counted = source.count()
         capacity = max(math.ceil(counted * options.headroom), 1)
         events(
@@ -96,7 +98,7 @@ def resolve_plan(
             {"phase": "count", "rows": counted, "capacity": capacity},
         )
     if isinstance(capacity, str):
-        raise UsageError(f"`capacity` must be a number or auto, got {capacity!r}")
+        raise UsageError("`capacity` must be a number or auto, got %r", capacity)
     return backend.check_plan(plan(capacity, error_rate, expansion)), backend, counted
 
 
@@ -124,14 +126,15 @@ def targets(client: RedisClient, key: str | bytes, total: Plan, backend: Backend
     if manifest is not None:
         if options.shards not in (None, manifest.shards):
             raise UsageError(
-                f"{to_display(family.active)!r} has {manifest.shards} shards; the count never changes "
-                "(build a new sharded filter under another key)"
+                "%r has %s shards; the count never changes (build a new sharded filter under another key)",
+                to_display(family.active),
+                manifest.shards,
             )
         return Targets(list(manifest.members), backend.check_plan(shard_plan(total, manifest.shards)), manifest)
     if options.shards is None:
         return Targets([family.active], total)
     if backends.key_type(client, family.active) != b"none":
-        raise StateConflict(f"{to_display(family.active)!r} is a single filter: a sharded filter needs a new key")
+        raise StateConflict("%r is a single filter: a sharded filter needs a new key", to_display(family.active))
     per_shard = backend.check_plan(shard_plan(total, options.shards))
     manifest = new_manifest(client, family.active, options.shards, per_shard, backend)
     return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)

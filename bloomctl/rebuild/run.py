@@ -117,13 +117,13 @@ def load_all(
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
-            f"counted {report.counted:,} rows but read {report.source.items:,} items: the capacity from "
-            "`capacity` auto is too small (odd line ends?); give `capacity`",
+            f"counted {report.counted:,} rows but read {report.source.items:,} items: the capacity counted "
+            "for 'auto' is too small (odd line ends?); give the capacity",
             {"phase": "load", "warning": "capacity"},
         )
     if report.source.items == 0:
         standbys.discard()
-        raise SourceError(f"{source.description} yielded no items: refusing to build an empty filter")
+        raise SourceError("%s yielded no items: refusing to build an empty filter", source.description)
     standbys.lock.check()
     if since is not None and isinstance(source, IncrementalSource):
         report.catchup, report.catchup_rows = catch_up(client, backend, keys, source, since, options, reservoir, log)

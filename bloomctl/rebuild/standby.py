@@ -41,7 +41,7 @@ class Standbys:
         self.lock.check_held()
         for member in self.targets.families:
             if not mark_state(self.client, member.standby_meta, self.generation, state):
-                raise StateConflict(f"the standby {to_display(member.standby)!r} was replaced by another run")
+                raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
 
     def discard(self) -> None:
         """Remove the standbys and their metadata (nothing of value: the run that made them failed)."""

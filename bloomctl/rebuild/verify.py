@@ -60,7 +60,10 @@ def verify(
     if misses:
         where = to_display(targets[0]) if len(targets) == 1 else f"the {len(targets)} shard standbys"
         raise VerifyFailed(
-            f"{misses:,} of {checked:,} checked items are missing from {where!r} "
-            f"(e.g. {', '.join(repr(e) for e in examples)}): nothing swapped"
+            "%s of %s checked items are missing from %r (e.g. %s): nothing swapped",
+            f"{misses:,}",
+            f"{checked:,}",
+            where,
+            ", ".join(repr(e) for e in examples),
         )
     return checked

@@ -104,13 +104,13 @@ class ItemFormatter:
             try:
                 parsed = list(string.Formatter().parse(template))
             except ValueError as exc:
-                raise UsageError(f"`template` {template!r}: {exc}") from None
+                raise UsageError("`template` %r: %s", template, exc) from None
             for literal, name, spec, conversion in parsed:
                 pieces.append(literal.replace("{", "{{").replace("}", "}}"))
                 if name is None:
                     continue
                 if spec or conversion:
-                    raise UsageError(f"`template` field {{{name}}}: format specs and conversions are not supported")
+                    raise UsageError("`template` field {%s}: format specs and conversions are not supported", name)
                 pieces.append(f"{{{len(self.indexes)}}}")
                 self.indexes.append(self.column_index(name))
             if not self.indexes:
@@ -127,8 +127,8 @@ class ItemFormatter:
         if column.isdigit() and int(column) >= 1:
             return int(column) - 1
         if self.names is None:
-            raise UsageError(f"column {column!r}: without a header, name columns by position (1, 2, ...)")
-        raise UsageError(f"no column {column!r}; the header has: {', '.join(self.names)}")
+            raise UsageError("column %r: without a header, name columns by position (1, 2, ...)", column)
+        raise UsageError("no column %r; the header has: %s", column, ", ".join(self.names))
 
     @property
     def width(self) -> int:
@@ -176,5 +176,6 @@ class BadRows:
         if len(self.stats.examples) < MAX_EXAMPLES:
             self.stats.examples.append(where)
         if self.stats.bad_rows > self.tolerance:
-            hint = "" if self.tolerance else " (`skip_bad_rows` N tolerates up to N bad rows)"
-            raise SourceError(where + hint)
+            if self.tolerance:
+                raise SourceError("%s", where)
+            raise SourceError("%s (`skip_bad_rows` N tolerates up to N bad rows)", where)

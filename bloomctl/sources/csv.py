@@ -77,21 +77,21 @@ class CsvSource:
         skip_bad_rows: int = DEFAULT_SKIP_BAD_ROWS,
     ) -> None:
         if len(delimiter) != 1:
-            raise UsageError(f"`delimiter` must be one character, got {delimiter!r}")
+            raise UsageError("`delimiter` must be one character, got %r", delimiter)
         if delimiter == '"':
             raise UsageError("`delimiter` cannot be the quote character")
         try:
             self.codec = codecs.lookup(encoding).name
         except LookupError:
-            raise UsageError(f"unknown `encoding` {encoding!r}") from None
+            raise UsageError("unknown `encoding` %r", encoding) from None
         try:
             ascii_compatible = "\n,;\t|".encode(encoding) == b"\n,;\t|"
         except LookupError:  # a codec that is not a text encoding (rot13, base64, ...)
             ascii_compatible = False
         if not ascii_compatible or self.codec.startswith(("utf-16", "utf-32")):
             raise UsageError(
-                f"`encoding` {encoding}: only ASCII-compatible encodings (utf-8, latin-1, cp1252, ...); "
-                "convert the file with iconv first"
+                "`encoding` %s: only ASCII-compatible encodings (utf-8, latin-1, cp1252, ...); convert the file with iconv first",
+                encoding,
             )
         self.path = path
         self.name = "<stdin>" if path == "-" else path
@@ -120,7 +120,7 @@ class CsvSource:
         try:
             raw = open(self.path, "rb")  # noqa: SIM115 - closed by the caller
         except OSError as exc:
-            raise SourceError(f"cannot read {self.path}: {exc.strerror}") from None
+            raise SourceError("cannot read %s: %s", self.path, exc.strerror) from None
         if self.path.endswith(".gz"):
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
@@ -135,7 +135,7 @@ class CsvSource:
             names, _rest, _lines = self._read_header(self._blocks(stream))
             ItemFormatter(names, self.column, self.template, self.prefix)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise SourceError(f"cannot read {self.name}: {exc}") from None
+            raise SourceError("cannot read %s: %s", self.name, exc) from None
         finally:
             if self.rewindable:
                 stream.close()
@@ -153,7 +153,7 @@ class CsvSource:
                     returns += chunk.count(b"\r")
                     last = chunk[-1:]
             except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-                raise SourceError(f"cannot read {self.name}: {exc}") from None
+                raise SourceError("cannot read %s: %s", self.name, exc) from None
         if lines == 0 and returns:  # old Mac line ends, as the reader treats them
             lines, last = returns, (b"\n" if last == b"\r" else last)
         if last != b"\n":
@@ -168,7 +168,7 @@ class CsvSource:
         try:
             yield from rebatch(self._items(stream, bad), size, self.stats)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-            raise SourceError(f"cannot read {self.name}: {exc}") from None
+            raise SourceError("cannot read %s: %s", self.name, exc) from None
         finally:
             if self.rewindable:
                 stream.close()
@@ -185,7 +185,7 @@ class CsvSource:
                 cut = chunk.rfind(b"\r", 0, len(chunk) - 1)  # old Mac line ends; not a CRLF cut in half
             if cut == -1:
                 if len(chunk) > MAX_LINE_BYTES:
-                    raise SourceError(f"{self.name}: a line longer than {MAX_LINE_BYTES // 2**20} MiB")
+                    raise SourceError("%s: a line longer than %s MiB", self.name, MAX_LINE_BYTES // 2**20)
                 tail = chunk
                 continue
             tail = chunk[cut + 1 :]
@@ -205,11 +205,11 @@ class CsvSource:
         try:
             names = next(csv.reader([line.decode(self.encoding)], delimiter=self.delimiter, strict=True), [])
         except UnicodeDecodeError:
-            raise SourceError(f"{self.name}:1: the header is not valid {self.encoding}") from None
+            raise SourceError("%s:1: the header is not valid %s", self.name, self.encoding) from None
         except csv.Error as exc:
-            raise SourceError(f"{self.name}:1: malformed header ({exc})") from None
+            raise SourceError("%s:1: malformed header (%s)", self.name, exc) from None
         if not names:
-            raise SourceError(f"{self.name}:1: empty header line (pass `header=False` for a file without one)")
+            raise SourceError("%s:1: empty header line (pass `header=False` for a file without one)", self.name)
         return names, rest, 1
 
     def _items(self, stream: IO[bytes], bad: BadRows) -> Iterator[list[bytes]]:

@@ -68,7 +68,7 @@ def copy_batches(
         result = pgconn.get_result()
         if result is None or result.status != pq.ExecStatus.COPY_OUT:
             message = result.error_message if result is not None else b"no result"
-            raise SourceError(f"COPY failed: {message.decode(errors='replace').strip()}")
+            raise SourceError("COPY failed: %s", message.decode(errors="replace").strip())
         get, done = pgconn.get_copy_data, False
         while not done:
             rows: list[Any] = []  # bytes or memoryview, whichever libpq's wrapper gives
@@ -83,7 +83,7 @@ def copy_batches(
                 yield from copy_items(rows, prefix, stats)
         while (result := pgconn.get_result()) is not None:
             if result.status == pq.ExecStatus.FATAL_ERROR:
-                raise SourceError(f"COPY failed: {result.error_message.decode(errors='replace').strip()}")
+                raise SourceError("COPY failed: %s", result.error_message.decode(errors="replace").strip())
 
 
 def copy_items(rows: list[Any], prefix: bytes, stats: SourceStats) -> Iterator[list[bytes]]:

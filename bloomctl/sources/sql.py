@@ -72,9 +72,9 @@ class SqlSource:
             except ImportError as exc:
                 scheme = self.url.split("+")[0].split(":")[0]
                 hint = DRIVER_HINTS.get(scheme, ("", "", "install the database driver"))[2]
-                raise UsageError(f"the driver for {scheme} is not installed ({exc.name}): {hint}") from None
+                raise UsageError("the driver for %s is not installed (%s): %s", scheme, exc.name, hint) from None
             except Exception as exc:  # ArgumentError and friends: an unparsable URL
-                raise UsageError(f"invalid `db_url` {redact_url(self.url)}: {self._scrub(exc)}") from None
+                raise UsageError("invalid `db_url` %s: %s", redact_url(self.url), self._scrub(exc)) from None
         return self._engine
 
     def _scrub(self, exc: BaseException) -> str:
@@ -88,7 +88,7 @@ class SqlSource:
         return text.replace(password, "***") if password else text
 
     def _error(self, exc: BaseException, what: str) -> SourceError:
-        return SourceError(f"{what} failed at {redact_url(self.url)}: {self._scrub(exc)}")
+        return SourceError("%s failed at %s: %s", what, redact_url(self.url), self._scrub(exc))
 
     def _scalar(self, sql: str, **params: Any) -> Any:
         from sqlalchemy import text
@@ -129,7 +129,7 @@ class SqlSource:
     @staticmethod
     def check_column_name(column: str) -> str:
         if not column.replace("_", "").isalnum():
-            raise UsageError(f"`since_column` {column!r} must be a plain column name")
+            raise UsageError("`since_column` %r must be a plain column name", column)
         return column
 
     def since(self, column: str, moment: Any) -> SqlSource:
