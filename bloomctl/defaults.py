@@ -29,9 +29,9 @@ DEFAULT_BATCH_SIZE = 5000  # items per BF.INSERT / FCALL
 DEFAULT_WINDOW = 4  # batches in flight per connection
 DEFAULT_VERIFY_SAMPLE = 10_000  # random source items checked in the standby before a swap
 DEFAULT_HEADROOM = 2.0  # capacity auto = counted rows x headroom
-MAX_HEADROOM = 1000.0
+MAX_HEADROOM = 1000
 DEFAULT_CATCHUP_SKEW = 60.0  # seconds subtracted from the load start for the SQL catch-up
-MAX_CATCHUP_SKEW = 7 * 24 * 3600.0
+MAX_CATCHUP_SKEW = 7 * 24 * 3600
 
 # --- sources ------------------------------------------------------------------------------------
 DEFAULT_DELIMITER = ","

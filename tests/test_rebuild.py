@@ -338,12 +338,30 @@ def test_usage_errors(target, tmp_path):
     path = write_csv(tmp_path / "u.csv", 10)
     cli = target.cli
     assert cli("rebuild", "users", "-e", "1%").exit_code == 2  # no source
-    assert cli("rebuild", "users", "--from-csv", path).exit_code == 2  # no error rate, no metadata
+    first = cli("rebuild", "users", "--from-csv", path)  # no error rate, and no filter to take it from
+    assert first.exit_code == 2 and "a first build needs --error-rate" in first.stderr
     assert cli("rebuild", "users", "--from-csv", path, "--from-sql", "SELECT 1", "-e", "1%").exit_code == 2
     assert cli("rebuild", "users", "--from-sql", "SELECT 1", "-e", "1%").exit_code == 2  # no --db-url
     assert cli("rebuild", "users", "--from-csv", "-", "--capacity", "auto", "-e", "1%", input="a\n").exit_code == 2
+    stdin = cli("rebuild", "users", "--from-csv", "-", "-e", "1%", input="a\n")  # auto by default: stdin can't
+    assert stdin.exit_code == 2 and "cannot be counted first: give --capacity N" in stdin.stderr
     assert cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--since-column", "x").exit_code == 2
     assert target.client.exists(KeyFamily.of("users").lock) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("error_rate", "5"), ("error_rate", "abc"), ("capacity", "-3"), ("expansion", "0")]
+)
+def test_damaged_metadata_is_named_not_blamed_on_an_option(target, tmp_path, field, value):
+    path = write_csv(tmp_path / "u.csv", 100)
+    assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--swap").exit_code == 0
+    meta = KeyFamily.of("users").meta
+    target.client.hset(meta, field, value)
+    result = target.cli("rebuild", "users", "--from-csv", path, "--swap")
+    assert result.exit_code == 5, result.stderr
+    assert f"the metadata {meta.decode()!r} records {field} {value!r}, which is not valid" in result.stderr
+    assert f"--{field.replace('_', '-')}" in result.stderr and "internal error" not in result.stderr
+    assert not target.client.exists(KeyFamily.of("users").standby)
 
 
 def test_stdin_with_a_capacity(target):

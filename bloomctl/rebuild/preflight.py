@@ -44,11 +44,53 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     source.preflight()
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """The parameters the metadata of the filter being rebuilt records (None: not recorded)."""
+
+    error_rate: float | None = None
+    capacity: int | None = None
+    expansion: str | None = None  # "nonscaling" or a number
+
+    @classmethod
+    def parse(cls, meta: dict[str, str], where: bytes) -> Recorded:
+        """Checked values: a damaged metadata hash is the filter's state, not the caller's usage."""
+
+        def bad(field: str) -> StateConflict:
+            # the field is one of three names of ours, so it may sit in the template
+            return StateConflict(
+                "the metadata %r records " + field + " %r, which is not valid: pass `" + field + "` (or correct it)",
+                to_display(where),
+                meta[field],
+            )
+
+        error_rate = capacity = None
+        try:
+            if "error_rate" in meta:
+                error_rate = float(meta["error_rate"])
+                if not 0 < error_rate < 1:
+                    raise ValueError
+        except ValueError:
+            raise bad("error_rate") from None
+        try:
+            if "capacity" in meta:
+                capacity = int(meta["capacity"])
+                if capacity < 1:
+                    raise ValueError
+        except ValueError:
+            raise bad("capacity") from None
+        expansion = meta.get("expansion")
+        if expansion is not None and expansion != "nonscaling" and not (expansion.isdigit() and int(expansion) >= 1):
+            raise bad("expansion")
+        return cls(error_rate, capacity, expansion)
+
+
 def recorded_parameters(
     client: RedisClient, server: ServerInfo, family: KeyFamily, requested: str
-) -> tuple[Backend, dict[str, str]]:
+) -> tuple[Backend, Recorded | None]:
     """The backend of the filter being rebuilt and the parameters its metadata records (for a
-    sharded one, its members' current ones); a new filter's backend is chosen from the server."""
+    sharded one, its members' current ones); None for a new filter, whose backend is chosen from
+    the server."""
     manifest = read_manifest(client, family.active)
     if manifest is not None:
         backend = backends.get(manifest.backend)
@@ -56,40 +98,42 @@ def recorded_parameters(
             raise StateConflict("%r is a sharded %s filter", to_display(family.active), backend.name)
         # The members' own metadata hold the current parameters (a rebuild may have changed them);
         # the manifest's are the ones the filter was created with.
-        member = read_metadata(client, KeyFamily.of(manifest.members[0]).meta)
-        return backend, {
-            "error_rate": member.get("error_rate", repr(manifest.error_rate)),
-            "capacity": str(int(member.get("capacity", manifest.capacity)) * manifest.shards),
-            "expansion": member.get(
-                "expansion", "nonscaling" if manifest.expansion is None else str(manifest.expansion)
-            ),
-        }
+        where = KeyFamily.of(manifest.members[0]).meta
+        member = Recorded.parse(read_metadata(client, where), where)
+        return backend, Recorded(
+            member.error_rate if member.error_rate is not None else manifest.error_rate,
+            (member.capacity if member.capacity is not None else manifest.capacity) * manifest.shards,
+            member.expansion or ("nonscaling" if manifest.expansion is None else str(manifest.expansion)),
+        )
     if backends.key_type(client, family.active) != b"none":
         backend = backends.for_key(client, family.active, "active filter")
         if requested not in (AUTO, backend.name):
             raise StateConflict(
                 "the active filter is a %s filter: a %s standby could not be swapped in", backend.name, requested
             )
-        return backend, read_metadata(client, family.meta)
-    return backends.choose(server, requested), {}
+        return backend, Recorded.parse(read_metadata(client, family.meta), family.meta)
+    return backends.choose(server, requested), None
 
 
 def resolve_plan(
     client: RedisClient, server: ServerInfo, key: str | bytes, source: Source, options: RebuildOptions, events: Events
 ) -> tuple[Plan, Backend, int | None]:
     """The plan (whole filter), its backend, and the rows counted for ``capacity`` auto (or None)."""
-    backend, meta = recorded_parameters(client, server, KeyFamily.of(key), options.backend)
-    error_rate = options.error_rate
+    backend, found = recorded_parameters(client, server, KeyFamily.of(key), options.backend)
+    recorded = found or Recorded()
+    error_rate = options.error_rate if options.error_rate is not None else recorded.error_rate
     if error_rate is None:
-        if "error_rate" not in meta:
-            raise UsageError("give `error_rate` (the active filter has no bloomctl metadata to take it from)")
-        error_rate = float(meta["error_rate"])
-    expansion = backend.expansion_for(options.expansion, options.nonscaling, meta.get("expansion"))
-    counted = None
+        if found is None:
+            raise UsageError("a first build needs `error_rate` (later rebuilds take it from the filter's metadata)")
+        raise UsageError("give `error_rate` (the active filter has no bloomctl metadata to take it from)")
+    expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)
     capacity = options.capacity
     if capacity is None:
-        capacity = int(meta["capacity"]) if "capacity" in meta else AUTO
+        capacity = recorded.capacity if recorded.capacity is not None else AUTO
+    counted = None
     if capacity == AUTO:
+        if not source.rewindable:
+            raise UsageError("a source read once (stdin) cannot be counted first: give `capacity` N")
         events("counting the source (capacity auto)", {"phase": "count"})
         counted = source.count()
         capacity = max(math.ceil(counted * options.headroom), 1)
