@@ -89,7 +89,9 @@ def test_a_master_dies_during_a_rebuild(replicated, tmp_path):
 
     def run() -> None:
         try:
-            options = RebuildOptions(capacity=50_000, error_rate=0.01, nonscaling=True, swap=True, batch_size=500)
+            options = RebuildOptions(
+                capacity=50_000, error_rate=0.01, nonscaling=True, swap=True, batch_size=500, build="server"
+            )
             outcome.append(rebuild(client, server, "users", SlowSource(str(path)), options))
         except Exception as exc:  # the expected abort
             outcome.append(exc)

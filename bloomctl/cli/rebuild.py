@@ -21,9 +21,11 @@ from bloomctl.cli.options import (
 from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 from bloomctl.defaults import (
     AUTO,
+    BUILD_CHOICES,
     DB_URL_ENV,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CATCHUP_SKEW,
+    DEFAULT_CLIENT_MEMORY,
     DEFAULT_DELIMITER,
     DEFAULT_ENCODING,
     DEFAULT_EXPANSION,
@@ -186,6 +188,24 @@ def load_options(f: Any) -> Any:
     """How the load runs and what is verified before a swap."""
     options = [
         click.option(
+            "--build",
+            type=click.Choice(BUILD_CHOICES),
+            default=AUTO,
+            show_default=True,
+            help="Where the filter's bits are computed: in the client (uploaded in bounded chunks: almost no "
+            "work for the server), on the server (items sent in batches), or auto: the client where a "
+            "compatibility probe shows it builds exactly the server's filter.",
+        ),
+        click.option(
+            "--client-memory",
+            metavar="BYTES",
+            callback=capacity_callback,
+            default=str(DEFAULT_CLIENT_MEMORY),
+            show_default=True,
+            help="Memory a client build may use (the filter's bits and its working memory); auto builds "
+            "larger filters on the server. 1G = 10^9.",
+        ),
+        click.option(
             "--batch-size",
             type=click.IntRange(min=1),
             default=DEFAULT_BATCH_SIZE,
@@ -306,6 +326,9 @@ def render_report(report: RebuildReport, output_format: str) -> None:
         f"added          {data['added']:,} new, {data['duplicates']:,} already present",
         f"catch-up       {data['catchup_rows']:,} rows" if report.catchup is not None else None,
         f"verified       {data['verified']:,} items ({data['verify_mode']})",
+        f"built in the   {report.build}"
+        + (f" ({human_bytes(report.uploaded_bytes)} uploaded)" if report.build == "client" else "")
+        + (f" ({report.build_note})" if report.build_note else ""),
         f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",
         f"new filter     {report.standby if not report.swapped else report.key} "
         f"({report.backend}, {human_bytes(report.size_bytes)})",

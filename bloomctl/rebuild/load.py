@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -16,7 +17,9 @@ from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
 from bloomctl.loader import Loader, LoadStats, Progress
 from bloomctl.rebuild.options import Events, RebuildOptions
+from bloomctl.rebuild.standby import Standbys
 from bloomctl.sources import IncrementalSource
+from bloomctl.sources.base import Batch, item_take
 
 
 class Reservoir:
@@ -37,21 +40,26 @@ class Reservoir:
         gap = math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self.weight)) if self.weight < 1 else 0
         self.next_index += gap + 1
 
-    def feed(self, batch: list[bytes]) -> None:
+    def feed(self, batch: Batch) -> None:
+        """Sample from one batch (a list of bytes, or an Arrow array: only the picked items are
+        turned into bytes)."""
         if self.size <= 0:
             return
         start = 0
         if len(self.items) < self.size:
             start = min(self.size - len(self.items), len(batch))
-            self.items.extend(batch[:start])
+            self.items.extend(item_take(batch, list(range(start))))
             self.seen += start
             if len(self.items) == self.size:
                 self.next_index = self.seen - 1
                 self._skip()
         end = self.seen + len(batch) - start
+        picks: dict[int, int] = {}  # slot -> index in the batch; a later pick of a slot wins
         while len(self.items) == self.size and self.next_index < end:
-            self.items[self.rng.randrange(self.size)] = batch[start + self.next_index - self.seen]
+            picks[self.rng.randrange(self.size)] = start + self.next_index - self.seen
             self._skip()
+        for slot, item in zip(picks, item_take(batch, list(picks.values())), strict=True):
+            self.items[slot] = item
         self.seen = end
 
 
@@ -100,3 +108,36 @@ def catch_up(
     log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
     stats = load(client, backend, standbys, recent.batches(options.batch_size), options, reservoir=reservoir)
     return stats, recent.stats.items
+
+
+def client_load(
+    client: RedisClient,
+    backend: Backend,
+    batches: Iterator[Batch],
+    standbys: Standbys,
+    *,
+    reservoir: Reservoir | None = None,
+    progress: Progress | None = None,
+) -> tuple[LoadStats, int]:
+    """Build the standbys' bits in the client and put them in; returns the load and the bytes sent.
+
+    Raises ``Overflow`` (a scaling filter outgrew one link) or ``MergeBusy`` (dual writes kept
+    changing a standby) before any standby is changed: the caller takes the server path."""
+    from bloomctl.build.client import ClientBuild
+
+    started = time.perf_counter()
+    build = ClientBuild(client, backend.name, standbys.targets.families)
+    stats = LoadStats(per_key=[0] * len(standbys.targets.members))
+    for batch in sampled(batches, reservoir):
+        build.add(batch)
+        stats.sent += len(batch)
+        stats.batches += 1
+        if progress is not None:
+            progress(stats.sent)
+    standbys.lock.check()
+    sent = build.finish(standbys.generation, standbys.lock.check_held)
+    stats.added = build.count
+    stats.duplicates = stats.sent - stats.added
+    stats.per_key = [member.array.count for member in build.members]
+    stats.seconds = time.perf_counter() - started
+    return stats, sent

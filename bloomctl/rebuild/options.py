@@ -10,6 +10,7 @@ from bloomctl.defaults import (
     AUTO,
     DEFAULT_BATCH_SIZE,
     DEFAULT_CATCHUP_SKEW,
+    DEFAULT_CLIENT_MEMORY,
     DEFAULT_HEADROOM,
     DEFAULT_LOCK_TTL_MS,
     DEFAULT_MIN_RATIO,
@@ -46,6 +47,8 @@ class RebuildOptions:
     shards: int | None = None  # a new sharded filter with this many members (an existing one keeps its count)
     lock_ttl_ms: int = DEFAULT_LOCK_TTL_MS
     seed: int | None = None  # for the verification sample; tests fix it
+    build: str = AUTO  # where the bits are computed: auto, client or server
+    client_memory: int = DEFAULT_CLIENT_MEMORY
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RebuildOptions:
@@ -77,6 +80,9 @@ class RebuildReport:
     seconds: float = 0.0
     dry_run: bool = False
     shards: int = 1
+    build: str = "server"  # where the bits were computed: client or server
+    build_note: str | None = None  # why not in the client (when auto chose the server)
+    uploaded_bytes: int = 0  # bytes of bits a client build sent
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +111,9 @@ class RebuildReport:
             "verify_mode": self.verify_mode,
             "swapped": self.swapped,
             "size_bytes": self.size_bytes,
+            "build": self.build,
+            "build_note": self.build_note,
+            "uploaded_bytes": self.uploaded_bytes,
             "seconds": round(self.seconds, 3),
             "items_per_second": round(self.load.rate),
         }

@@ -13,15 +13,17 @@ from datetime import datetime
 from bloomctl import lifecycle
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
-from bloomctl.errors import SourceError, VerifyFailed
+from bloomctl.defaults import CLIENT_BATCH
+from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.loader import Progress
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
 from bloomctl.metadata import FAILED, LOADED, VERIFIED
 from bloomctl.planner import Plan
-from bloomctl.rebuild.load import Reservoir, catch_up, load, new_reservoir
+from bloomctl.rebuild.load import Reservoir, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
+from bloomctl.rebuild.path import choose, describe
 from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
 from bloomctl.rebuild.standby import Standbys, prepare_standbys
 from bloomctl.rebuild.verify import verify
@@ -57,7 +59,7 @@ def rebuild(
         with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log)
             since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
-            reservoir = load_all(client, backend, source, standbys, since, options, report, log, progress)
+            reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
             verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
             cut_over(client, server, family, backend, chosen, lock, options, report, log)
     report.seconds = time.perf_counter() - started
@@ -98,6 +100,7 @@ def log_plan(report: RebuildReport, chosen: Targets, log: Events) -> None:
 
 def load_all(
     client: RedisClient,
+    server: ServerInfo,
     backend: Backend,
     source: Source,
     standbys: Standbys,
@@ -107,13 +110,19 @@ def load_all(
     log: Events,
     progress: Progress | None,
 ) -> Reservoir | None:
-    """Steps 3 and 4: the load, then (SQL with ``since_column``) the catch-up from ``since``.
-    Returns the sample to verify."""
+    """Steps 3 and 4: the load (in the client, or on the server), then (SQL with ``since_column``)
+    the catch-up from ``since``. Returns the sample to verify."""
     keys = standbys.targets.standbys
-    reservoir = new_reservoir(options)
+    path = choose(client, server, backend, source, standbys.targets, options)
+    report.build, report.build_note = path.where, path.reason
+    log(describe(path), {"phase": "load", "build": path.where, "reason": path.reason})
     log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
-    batches = source.batches(options.batch_size)
-    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
+    reservoir = new_reservoir(options)
+    if path.where == "client":
+        reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
+    else:
+        batches = source.batches(options.batch_size)
+        report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -128,6 +137,39 @@ def load_all(
     if since is not None and isinstance(source, IncrementalSource):
         report.catchup, report.catchup_rows = catch_up(client, backend, keys, source, since, options, reservoir, log)
         standbys.lock.check()
+    return reservoir
+
+
+def build_in_client(
+    client: RedisClient,
+    backend: Backend,
+    source: Source,
+    standbys: Standbys,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+    progress: Progress | None,
+) -> Reservoir | None:
+    """The client build; when it cannot finish (the filter would grow a sub-filter, or dual writes
+    kept changing the standby) and the source can be read again, the server path instead."""
+    from bloomctl.build.client import Overflow
+    from bloomctl.build.redisbloom import MergeBusy
+
+    reservoir = new_reservoir(options)
+    try:
+        report.load, report.uploaded_bytes = client_load(
+            client, backend, source.batches(CLIENT_BATCH), standbys, reservoir=reservoir, progress=progress
+        )
+        return reservoir
+    except (Overflow, MergeBusy) as exc:
+        if options.build == "client" or not source.rewindable:
+            raise StateConflict("the client build cannot finish: %s (use `build` server)", str(exc)) from None
+        report.build, report.build_note = "server", str(exc)
+        log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
+    reservoir = new_reservoir(options)
+    batches = source.batches(options.batch_size)
+    keys = standbys.targets.standbys
+    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     return reservoir
 
 

@@ -18,6 +18,32 @@ from typing import Any, Protocol, runtime_checkable
 from bloomctl.errors import SourceError, UsageError
 
 MAX_EXAMPLES = 5
+Batch = Any  # a list of bytes, or an Arrow binary array (sources read through Arrow)
+
+
+def is_arrow(batch: Batch) -> bool:
+    return hasattr(batch, "buffers") and hasattr(batch, "type")
+
+
+def item_list(batch: Batch) -> list[bytes]:
+    """The items of a batch as Python bytes (what the server path sends)."""
+    if not is_arrow(batch):
+        return batch if isinstance(batch, list) else list(batch)
+    import pyarrow as pa
+
+    if pa.types.is_string(batch.type):
+        batch = batch.cast(pa.binary())
+    elif pa.types.is_large_string(batch.type):
+        batch = batch.cast(pa.large_binary())
+    items: list[bytes] = batch.to_pylist()
+    return items
+
+
+def item_take(batch: Batch, indexes: list[int]) -> list[bytes]:
+    """Some items of a batch, as bytes (the verification sample)."""
+    if is_arrow(batch):
+        return item_list(batch.take(indexes))
+    return [batch[i] for i in indexes]
 
 
 @dataclass

@@ -1,0 +1,87 @@
+"""Rebuild step 3, first half: where the filter's bits are computed, the client or the server.
+
+``auto`` builds in the client wherever that is known to give the server's own filter: numpy is
+installed, the server can load and dump chunks (RedisBloom), the bits fit ``client_memory``, a
+scaling filter's source can be read again should it outgrow one link, and the compatibility
+probe (``bloomctl.build.probe``) finds the client's bits equal to the server's. Otherwise the
+server path, and the reason, which the log states. ``client`` turns each reason into an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bloomctl import build
+from bloomctl.backends import Backend
+from bloomctl.client import RedisClient
+from bloomctl.defaults import AUTO
+from bloomctl.errors import UnsupportedServer
+from bloomctl.planner import Plan
+from bloomctl.rebuild.options import RebuildOptions
+from bloomctl.rebuild.preflight import Targets
+from bloomctl.server import ServerInfo
+from bloomctl.sources import Source
+
+CHUNK_COMMANDS = ("bf.scandump", "bf.loadchunk", "bf.card")
+
+
+@dataclass(frozen=True)
+class Path:
+    where: str  # "client" or "server"
+    reason: str | None = None  # why the server, when the client was possible in principle
+
+
+def _server(reason: str, options: RebuildOptions) -> Path:
+    if options.build == "client":
+        raise UnsupportedServer("cannot build in the client: %s (use `build` server)", reason)
+    return Path("server", reason)
+
+
+def choose(
+    client: RedisClient, server: ServerInfo, backend: Backend, source: Source, targets: Targets, options: RebuildOptions
+) -> Path:
+    """Where to build; reads the standbys' layouts and runs the probe (the standbys exist)."""
+    if options.build == "server":
+        return Path("server")
+    if not build.available():
+        return _server("numpy is not installed (pip install 'redis-bloomctl[fast]')", options)
+    if backend.name == "redisbloom" and not all(name in server.commands for name in CHUNK_COMMANDS):
+        return _server(f"{server.description} lacks BF.SCANDUMP/BF.LOADCHUNK/BF.CARD", options)
+    reason = _unsuitable(client, backend, source, targets, options)
+    if reason is not None:
+        return _server(reason, options)
+    return Path("client")
+
+
+def _unsuitable(
+    client: RedisClient, backend: Backend, source: Source, targets: Targets, options: RebuildOptions
+) -> str | None:
+    from bloomctl.build import client as client_build
+    from bloomctl.build import probe
+
+    scheme = client_build.scheme_for(backend.name)
+    try:
+        layouts = [scheme.read_layout(client, family.standby) for family in targets.families]
+    except (scheme.Unsuitable, ValueError) as exc:
+        return str(exc)
+    needed = client_build.memory_needed([layout.nbytes for layout in layouts])
+    if needed > options.client_memory:
+        return (
+            f"the build needs {needed:,} bytes of memory, more than the client memory limit {options.client_memory:,}"
+        )
+    plan: Plan = targets.plan
+    if plan.scaling and not source.rewindable:
+        return "a scaling filter fed from a source read once could outgrow one sub-filter"
+    mismatch = probe.check(client, backend, targets.families[0], plan.error_rate, plan.expansion)
+    if mismatch is not None:
+        return f"the compatibility probe found this server's filter different ({mismatch})"
+    return None
+
+
+def describe(path: Path) -> str:
+    if path.where == "client":
+        return "building in the client (the compatibility probe matched this server)"
+    return "building on the server" + (f": {path.reason}" if path.reason else "")
+
+
+__all__ = ["AUTO", "Path", "choose", "describe"]

@@ -1,0 +1,271 @@
+"""Client-side builds on real servers: the same bytes as the server's own filter, the probe, dual
+writes through a build, and every way auto falls back to the server path."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+
+import pytest
+
+from bloomctl.errors import KeyMissing
+from bloomctl.filters import Filter
+from bloomctl.keys import KeyFamily
+from bloomctl.metadata import read_metadata
+
+pytest.importorskip("numpy")
+
+REDISBLOOM_PARAMS = [
+    ("10000", "1%", ["--expansion", "2"]),
+    ("8000", "0.1%", ["--nonscaling"]),
+    ("7000", "10%", ["--expansion", "4"]),
+    ("12000", "0.3", ["--expansion", "3"]),
+]
+BITMAP_PARAMS = [("10000", "1%", ["--nonscaling"]), ("9000", "0.05%", ["--nonscaling"])]
+
+
+def awkward_items(n: int, seed: int = 7) -> list[str]:
+    """Distinct-ish items of many lengths, some unicode, with repeats (counted once by the server)."""
+    rng = random.Random(seed)
+    words = ["user", "ünï", "日本", "x" * 40, "", "a,b"]
+    items = [f"{rng.choice(words)}:{rng.randrange(10 ** rng.randrange(1, 9))}" for _ in range(n)]
+    return items + items[: n // 10]
+
+
+def write_items(path, items: list[str]) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("item\n")
+        f.writelines(f'"{item}"\n' if "," in item else f"{item}\n" for item in items)
+    return str(path)
+
+
+def dump(target, key: str) -> bytes:
+    """The whole filter as bytes: SCANDUMP's header and chunks, or the bitmap string."""
+    if target.backend.name == "bitmap":
+        return target.client.get(key)
+    parts, cursor = [], 0
+    while True:
+        cursor, chunk = target.client.execute_command("BF.SCANDUMP", key, cursor)
+        if cursor == 0:
+            return b"".join(parts)
+        parts.append(chunk)
+
+
+def rebuild(target, key: str, path: str, *args: str):
+    result = target.cli("rebuild", key, "--from-csv", path, "--swap", "--format", "json", *args)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def params(target):
+    return REDISBLOOM_PARAMS if target.backend.name == "redisbloom" else BITMAP_PARAMS
+
+
+def test_client_and_server_builds_are_byte_for_byte_equal(target, tmp_path):
+    path = write_items(tmp_path / "items.csv", awkward_items(6000))
+    for capacity, error, extra in params(target):
+        args = ["-c", capacity, "-e", error, *extra, "--backend", target.backend.name]
+        client_built = rebuild(target, "c", path, *args, "--build", "client")
+        server_built = rebuild(target, "s", path, *args, "--build", "server")
+        assert client_built["build"] == "client" and server_built["build"] == "server"
+        assert client_built["added"] == server_built["added"] < client_built["items_read"]  # the repeats
+        assert dump(target, "c") == dump(target, "s"), (capacity, error, extra)
+        assert target.card("c") == target.card("s")
+        target.client.delete("c", "s", KeyFamily.of("c").meta, KeyFamily.of("s").meta)
+
+
+def test_auto_builds_in_the_client_and_the_log_says_so(target, tmp_path):
+    path = write_items(tmp_path / "items.csv", awkward_items(3000))
+    result = target.cli("rebuild", "users", "--from-csv", path, "-c", "5000", "-e", "1%", "--swap", "--nonscaling")
+    assert result.exit_code == 0, result.stderr
+    assert "building in the client (the compatibility probe matched this server)" in result.stderr
+    assert "built in the   client" in result.stdout
+    assert not target.client.exists(KeyFamily.of("users").companion("probe"))
+    assert not target.client.exists(KeyFamily.of("users").companion("build"))
+
+
+def test_a_probe_mismatch_falls_back_to_the_server_path(target, tmp_path, monkeypatch):
+    """A server that hashes otherwise (simulated: the client's hash is perturbed) is built by the server."""
+    from bloomctl.build import bitmap, murmur
+
+    monkeypatch.setattr(murmur, "SEED", 12345)
+    real_positions = bitmap.positions
+    monkeypatch.setattr(bitmap, "positions", lambda layout, batch: (real_positions(layout, batch) + 1) % layout.bits)
+    path = write_items(tmp_path / "items.csv", awkward_items(3000))
+    args = ["-c", "5000", "-e", "1%", "--nonscaling", "--swap"]
+    auto = target.cli("rebuild", "users", "--from-csv", path, *args, "--format", "json")
+    assert auto.exit_code == 0, auto.stderr
+    report = json.loads(auto.stdout)
+    assert report["build"] == "server" and "compatibility probe" in report["build_note"]
+    assert "building on the server: the compatibility probe found this server's filter different" in auto.stderr
+    assert all(Filter(target.client, "users").mexists(awkward_items(3000)))
+    forced = target.cli("rebuild", "users", "--from-csv", path, *args, "--build", "client")
+    assert forced.exit_code == 4 and "cannot build in the client" in forced.stderr and "--build server" in forced.stderr
+
+
+def test_memory_budget_sends_big_filters_to_the_server(target, tmp_path):
+    path = write_items(tmp_path / "items.csv", awkward_items(2000))
+    args = ["-c", "5000", "-e", "1%", "--nonscaling", "--swap", "--client-memory", "1M", "--format", "json"]
+    auto = target.cli("rebuild", "users", "--from-csv", path, *args)
+    assert auto.exit_code == 0, auto.stderr
+    report = json.loads(auto.stdout)
+    assert report["build"] == "server" and "more than the client memory limit 1,000,000" in report["build_note"]
+    forced = target.cli("rebuild", "users", "--from-csv", path, *args, "--build", "client")
+    assert forced.exit_code == 4 and "client memory limit" in forced.stderr
+
+
+def test_a_scaling_filter_that_outgrows_one_link_is_built_by_the_server(target, tmp_path):
+    if target.backend.name != "redisbloom":
+        pytest.skip("bitmap filters never grow")
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(3000)])
+    args = ["-c", "1000", "-e", "1%", "--expansion", "2", "--backend", "redisbloom"]
+    auto = rebuild(target, "grown", path, *args)
+    assert auto["build"] == "server" and "more than 1,000 distinct items" in auto["build_note"]
+    server = rebuild(target, "reference", path, *args, "--build", "server")
+    assert dump(target, "grown") == dump(target, "reference")  # two sub-filters, as the server grows them
+    forced = target.cli("rebuild", "grown", "--from-csv", path, *args, "--build", "client")
+    assert forced.exit_code == 5 and "grows a sub-filter" in forced.stderr
+    assert server["added"] == auto["added"] > 2900
+
+
+def test_a_full_nonscaling_filter_is_refused_as_the_server_refuses_it(target, tmp_path):
+    if target.backend.name != "redisbloom":
+        pytest.skip("bitmap filters keep accepting items")
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(3000)])
+    for build in ("client", "server"):
+        args = ["-c", "1000", "-e", "1%", "--nonscaling", "--build", build, "--backend", "redisbloom"]
+        result = target.cli("rebuild", "users", "--from-csv", path, "--swap", *args)
+        assert result.exit_code == 5 and "non scaling filter is full" in result.stderr, (build, result.stderr)
+        assert not target.client.exists("users")
+
+
+def test_stdin_with_a_scaling_filter_is_built_by_the_server(target):
+    if target.backend.name != "redisbloom":
+        pytest.skip("bitmap filters never grow")
+    items = "".join(f"u{i}\n" for i in range(500))
+    result = target.cli(
+        "rebuild", "users", "--from-csv", "-", "--no-header", "-c", "1000", "-e", "1%", "--swap", input=items
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "building on the server: a scaling filter fed from a source read once" in result.stderr
+
+
+def test_sharded_client_build_equals_the_server_build(target, tmp_path):
+    path = write_items(tmp_path / "items.csv", awkward_items(4000))
+    args = ["-c", "12000", "-e", "1%", "--nonscaling", "--shards", "3", "--backend", target.backend.name]
+    assert rebuild(target, "c", path, *args, "--build", "client")["build"] == "client"
+    assert rebuild(target, "s", path, *args, "--build", "server")["build"] == "server"
+    from bloomctl.manifest import read_manifest
+
+    for member_c, member_s in zip(
+        read_manifest(target.client, "c").members, read_manifest(target.client, "s").members, strict=True
+    ):
+        assert dump(target, member_c.decode()) == dump(target, member_s.decode())
+
+
+@pytest.mark.parametrize("rate", [200, 5000])
+def test_dual_writes_through_a_client_build_are_never_lost(target, tmp_path, rate):
+    """A writer adds new items the documented way (standby first, without creating it, then the
+    active filter) all through a client build, at a gentle and at a hard rate: every item that
+    reached a standby is in the swapped-in filter. (Items written before the standby exists reach
+    only the old filter: the source of truth must have them, on either path.)"""
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(300_000)])
+    args = ["-c", "600000", "-e", "1%", "--nonscaling", "--swap"]
+    assert target.cli("rebuild", "users", "--from-csv", path, *args).exit_code == 0
+    standby, backend = KeyFamily.of("users").standby, target.backend
+    dual: list[str] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            item = f"new:{i}".encode()
+            try:
+                backend.madd(target.client, standby, [item])
+                dual.append(item.decode())
+            except KeyMissing:  # no rebuild running (yet, or any more)
+                pass
+            backend.madd(target.client, b"users", [item])
+            i += 1
+            time.sleep(1 / rate)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.1)
+        result = target.cli("rebuild", "users", "--from-csv", path, "--swap", "--format", "json")
+    finally:
+        stop.set()
+        thread.join()
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["swapped"] and len(dual) > 5, len(dual)
+    present = Filter(target.client, "users").mexists(dual)
+    missing = [item for item, here in zip(dual, present, strict=True) if not here]
+    assert missing == [], f"{len(missing)} of {len(dual)} dual writes lost ({report['build']}, {report['build_note']})"
+    assert read_metadata(target.client, KeyFamily.of("users").meta)["state"] == "verified"
+
+
+def test_a_write_between_reading_the_standby_and_the_cutover_is_merged(target, tmp_path, monkeypatch):
+    """RedisBloom: the cutover script sees BF.CARD move (a dual write landed after the standby was
+    read) and reads again; the written item is in the result. Bitmap: ORing needs no check."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: nothing to race")
+    from bloomctl.build import redisbloom
+
+    real_read, reads = redisbloom.read_bits, []
+
+    def read_then_write(client, key, layout):
+        bits = real_read(client, key, layout)
+        if not key.endswith(b":standby"):  # the probe's filter
+            return bits
+        reads.append(key)
+        if len(reads) == 1:  # the application writes right after the first read
+            target.backend.madd(target.client, key, [b"late:write"])
+        return bits
+
+    monkeypatch.setattr(redisbloom, "read_bits", read_then_write)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
+    assert report["build"] == "client" and len(reads) == 2  # the cutover refused once, then read again
+    assert Filter(target.client, "users").exists("late:write")
+
+
+def test_dual_writes_that_never_stop_send_the_build_to_the_server(target, tmp_path, monkeypatch):
+    """When every cutover attempt finds the standby changed, auto finishes on the server path
+    (nothing uploaded had replaced the standby); the written items are all there."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: nothing to race")
+    from bloomctl.build import redisbloom
+
+    real_read, counter = redisbloom.read_bits, iter(range(10**6))
+
+    def read_then_write(client, key, layout):
+        bits = real_read(client, key, layout)
+        if key.endswith(b":standby"):  # not the probe's filter
+            target.backend.madd(target.client, key, [f"busy:{next(counter)}".encode()])
+        return bits
+
+    monkeypatch.setattr(redisbloom, "read_bits", read_then_write)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling")
+    assert report["build"] == "server" and "during 8 merges" in report["build_note"]
+    written = [f"busy:{i}" for i in range(next(counter))]
+    assert len(written) == 9 and all(Filter(target.client, "users").mexists([*written, "user:0", "user:4999"]))
+    assert not target.client.exists(KeyFamily.of("users").companion("build"))
+
+
+def test_without_numpy_auto_builds_on_the_server(target, tmp_path, monkeypatch):
+    """The plain install (no numpy) keeps the server path; asking for the client says what to install."""
+    from bloomctl import build
+
+    monkeypatch.setattr(build, "available", lambda: False)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(1000)])
+    args = ["-c", "5000", "-e", "1%", "--nonscaling", "--swap"]
+    auto = target.cli("rebuild", "users", "--from-csv", path, *args, "--format", "json")
+    assert auto.exit_code == 0, auto.stderr
+    assert json.loads(auto.stdout)["build"] == "server" and "numpy is not installed" in auto.stderr
+    forced = target.cli("rebuild", "users", "--from-csv", path, *args, "--build", "client")
+    assert forced.exit_code == 4 and "pip install 'redis-bloomctl[fast]'" in forced.stderr
