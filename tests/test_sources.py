@@ -205,7 +205,14 @@ def test_sql_errors_are_source_errors_without_passwords(sqlite_engine):
 
 def test_postgres_streams_with_copy(pg_engine):
     """Rows arrive while the server is still sending them (COPY TO STDOUT): memory stays flat."""
-    table = make_table(pg_engine, 50_000)
+    table = f"bloomctl_{uuid.uuid4().hex[:10]}"
+    with pg_engine.begin() as conn:  # 1M rows (~25 MB): more than socket buffers hold, so COPY is still running
+        conn.execute(
+            sqlalchemy.text(
+                f"CREATE TABLE {table} AS SELECT i AS id, 'u' || i || '@example.com' AS email "
+                "FROM generate_series(1, 1000000) AS i"
+            )
+        )
     try:
         source = SqlSource(
             pg_engine.url.render_as_string(hide_password=False), f"SELECT id, email FROM {table}", column="email"
@@ -225,7 +232,7 @@ def test_postgres_streams_with_copy(pg_engine):
             )
         batches.close()
         assert any(q.startswith('COPY (SELECT "email" FROM') for q in queries), queries
-        assert sum(len(b) for b in source.batches(1000)) == 50_000
+        assert sum(len(b) for b in source.batches(100_000)) == 1_000_000
     finally:
         drop(pg_engine, table)
 
@@ -324,38 +331,63 @@ def test_stdin_preflight_keeps_what_it_read(monkeypatch):
         CsvSource("-", column="nope").preflight()
 
 
-def test_postgres_copy_and_cursor_give_the_same_items(pg_engine):
-    """Booleans, timestamps and bytea print differently through COPY: those columns take the cursor
-    path, so the load, the catch-up and --verify all agree on every item's bytes."""
+@pytest.mark.parametrize("path", ["adbc", "copy"])
+def test_postgres_fast_paths_give_the_cursor_paths_items(pg_engine, monkeypatch, path):
+    """Every column type through the fast path (ADBC, or COPY without it) gives the bytes the
+    cursor path gives (``str()`` of the value, UTF-8), on a latin1 connection, NULLs and empty
+    values included; types a fast path cannot render exactly take the cursor path."""
+    from bloomctl.sources import adbc
+
+    if path == "copy":
+        monkeypatch.setattr(adbc, "available", lambda dialect, params: False)
+    else:
+        pytest.importorskip("adbc_driver_postgresql")
     table = f"bloomctl_{uuid.uuid4().hex[:10]}"
     with pg_engine.begin() as conn:
         conn.execute(
-            sqlalchemy.text(f"CREATE TABLE {table} (n INTEGER, t TEXT, b BOOLEAN, ts TIMESTAMPTZ, raw BYTEA, u UUID)")
+            sqlalchemy.text(
+                f"CREATE TABLE {table} (k INTEGER, n BIGINT, s SMALLINT, t TEXT, v VARCHAR(9), c CHAR(4), "
+                "b BOOLEAN, ts TIMESTAMPTZ, raw BYTEA, u UUID, f DOUBLE PRECISION)"
+            )
         )
         conn.execute(
             sqlalchemy.text(
-                f"INSERT INTO {table} VALUES (1, 'josé', true, '2024-01-02 03:04:05+00', '\\\\x00ff', "
-                "'12345678-1234-5678-1234-567812345678')"
+                f"INSERT INTO {table} VALUES "
+                "(1, 9223372036854775807, -32768, 'josé', 'ü', 'ab', true, '2024-01-02 03:04:05+00', "
+                "'\\x00ff', '12345678-1234-5678-1234-567812345678', 0.1), "
+                "(2, -1, 0, '', '', '', false, NULL, '', NULL, -2.5), "
+                "(3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL), "
+                "(4, 0, 7, 'ñß', 'x', 'yz', false, '1999-12-31 23:59:59.5+00', '\\x41', "
+                "'00000000-0000-0000-0000-000000000000', 1e300)"
             )
         )
     try:
         url = pg_engine.url.render_as_string(hide_password=False) + "?client_encoding=latin1"
-        for column in ("n", "t", "b", "ts", "raw", "u"):
-            query = f"SELECT {column}, n AS k FROM {table}"
-            plain = read(SqlSource(url, query, column=column), 10)
-            narrowed = read(SqlSource(url, query, column=column).before("k", 99), 10)  # bound: the cursor path
-            assert plain == narrowed, column
-        assert read(SqlSource(url, f"SELECT t FROM {table}"), 10) == ["josé".encode()]
+        for column in ("n", "s", "t", "v", "c", "b", "ts", "raw", "u", "f"):
+            query = f"SELECT {column}, k FROM {table} ORDER BY k"
+            fast = SqlSource(url, query, column=column)
+            items = read(fast, 10)
+            cursor = read(SqlSource(url, query, column=column).before("k", 99), 10)  # bound: the cursor path
+            assert items == cursor, column
+            assert (fast.stats.rows, fast.stats.blank) == (4, 4 - len(items)), column
+        assert read(SqlSource(url, f"SELECT t FROM {table} WHERE k = 1"), 10) == ["josé".encode()]
     finally:
         drop(pg_engine, table)
 
 
-def test_postgres_copy_error_mid_stream_is_the_servers_message(pg_engine):
-    """A row that fails after COPY has started (division by zero at row 30,000) stops the source with
-    PostgreSQL's own words, on the COPY path (text column, no parameters)."""
+@pytest.mark.parametrize("path", ["copy", "adbc"])
+def test_postgres_error_mid_stream_is_the_servers_message(pg_engine, monkeypatch, path):
+    """A row that fails after the rows have started to flow (division by zero at row 30,000) stops
+    the source with PostgreSQL's own words, on the COPY path and on the ADBC path."""
+    from bloomctl.sources import adbc
+
+    if path == "copy":
+        monkeypatch.setattr(adbc, "available", lambda dialect, params: False)
+    else:
+        pytest.importorskip("adbc_driver_postgresql")
     url = pg_engine.url.render_as_string(hide_password=False)
     query = "SELECT (CASE WHEN i = 30000 THEN 1 / (i - 30000) ELSE i END)::text AS v FROM generate_series(1, 60000) i"
     source = SqlSource(url, query)
-    assert source._copy_possible()
-    with pytest.raises(SourceError, match="COPY failed: ERROR:  division by zero"):
+    expected = "COPY failed: ERROR:  division by zero" if path == "copy" else "ERROR:  division by zero"
+    with pytest.raises(SourceError, match=expected):
         read(source, 1000)

@@ -101,7 +101,18 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return capacity_callback(ctx, param, value)
 
 
-SOURCE_OPTIONS = ("csv_path", "sql", "db_url", "column", "delimiter", "encoding", "template", "prefix", "skip_bad_rows")
+SOURCE_OPTIONS = (
+    "csv_path",
+    "parquet_path",
+    "sql",
+    "db_url",
+    "column",
+    "delimiter",
+    "encoding",
+    "template",
+    "prefix",
+    "skip_bad_rows",
+)
 
 
 def source_options(f: Any) -> Any:
@@ -112,6 +123,12 @@ def source_options(f: Any) -> Any:
             "csv_path",
             metavar="PATH",
             help="Read items from a CSV file ('-' for stdin, .gz read transparently).",
+        ),
+        click.option(
+            "--from-parquet",
+            "parquet_path",
+            metavar="PATH",
+            help="Read items from a Parquet file, or every Parquet file in a directory (needs the fast extra).",
         ),
         click.option(
             "--from-sql", "sql", metavar="QUERY", help="Read items from a SQL query (first column, or --column)."
@@ -284,12 +301,16 @@ def rebuild_command(
       bloomctl rebuild users --from-csv users.csv.gz --column user_id --prefix user: --swap
       bloomctl rebuild big --from-csv ids.csv --capacity auto -e 0.1% --shards 6 --swap
       bloomctl rebuild users --from-sql 'SELECT id FROM users' --capacity auto --error-rate 0.1% --swap
+      bloomctl rebuild users --from-parquet exports/users/ --column email -e 0.1% --swap
       BLOOMCTL_DB_URL=postgresql://app@db/prod bloomctl rebuild users \\
           --from-sql 'SELECT id, updated_at FROM users' --since-column updated_at --swap --keep-old 3600
       zcat users.csv.gz | bloomctl rebuild users --from-csv - --no-header -c 10M -e 1% --dry-run
     """
+    from bloomctl.build import tune_allocator
     from bloomctl.rebuild import RebuildOptions, rebuild
     from bloomctl.sources import open_source
+
+    tune_allocator()
 
     source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
     options["verify_all"] = options.pop("verify_mode") == "all"

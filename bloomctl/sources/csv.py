@@ -11,16 +11,18 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
+import importlib.util
 import re
 import sys
 import zlib
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import IO
+from typing import IO, Any
 
 from bloomctl.defaults import DEFAULT_DELIMITER, DEFAULT_ENCODING, DEFAULT_SKIP_BAD_ROWS
 from bloomctl.errors import SourceError, UsageError
-from bloomctl.sources.base import BadRows, ItemFormatter, SourceStats, rebatch
+from bloomctl.sources.arrow_errors import Unsure
+from bloomctl.sources.base import BadRows, Batch, ItemFormatter, SourceStats, item_list, rebatch
 
 BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20
@@ -162,16 +164,80 @@ class CsvSource:
 
     def batches(self, size: int) -> Iterator[list[bytes]]:
         """One pass over the file: lists of at most ``size`` items."""
+        for batch in self.fast_batches(size):
+            yield item_list(batch)
+
+    def fast_batches(self, size: int) -> Iterator[Batch]:
+        """``batches``, but Arrow arrays where pyarrow read them (no Python object per item)."""
         self.stats = SourceStats()
         bad = BadRows(self.stats, self.skip_bad_rows, self.name)
-        stream = self._open()
         try:
-            yield from rebatch(self._items(stream, bad), size, self.stats)
+            delivered = 0
+            if self._arrow_possible():
+                try:
+                    for items in self._arrow_items():
+                        delivered = self.stats.rows
+                        for start in range(0, len(items), size):
+                            piece = items.slice(start, size)
+                            self.stats.items += len(piece)
+                            yield piece
+                    return
+                except Unsure:  # the csv module reads the rest, from the first row not delivered
+                    self.stats.rows = delivered
+            yield from self._exact(bad, size, skip_rows=delivered)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError("cannot read %s: %s", self.name, exc) from None
+
+    def _exact(self, bad: BadRows, size: int, *, skip_rows: int) -> Iterator[list[bytes]]:
+        stream = self._open()
+        try:
+            if skip_rows:
+                yield from rebatch(self._resume(stream, bad, skip_rows), size, self.stats)
+            else:
+                yield from rebatch(self._items(stream, bad), size, self.stats)
         finally:
             if self.rewindable:
                 stream.close()
+
+    def _arrow_possible(self) -> bool:
+        """pyarrow reads files in UTF-8 (or ASCII) with a one-byte delimiter; stdin keeps the csv
+        reader, since a switch to it part-way would need to read the start again."""
+        if not self.rewindable or self.codec not in BYTES_AS_IS or len(self.delimiter.encode()) != 1:
+            return False
+        return importlib.util.find_spec("pyarrow") is not None and importlib.util.find_spec("numpy") is not None
+
+    def _arrow_items(self) -> Iterator[Any]:
+        from bloomctl.sources import arrow_csv
+
+        stream = self._open()
+        try:
+            names, first, _lines = self._read_header(self._blocks(stream))
+        finally:
+            stream.close()
+        width = len(names) if names is not None else _first_row_width(first, self.delimiter)
+        fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+        if fmt.width > width:
+            raise Unsure("rows are shorter than the item's column")
+        stream = self._open()
+        try:
+            yield from arrow_csv.read(
+                stream, width=width, header=self.header, delimiter=self.delimiter, fmt=fmt, stats=self.stats
+            )
+        finally:
+            stream.close()
+
+    def _resume(self, stream: IO[bytes], bad: BadRows, skip_rows: int) -> Iterator[list[bytes]]:
+        """The csv module's rows after the first ``skip_rows`` (which pyarrow delivered)."""
+        blocks = self._blocks(stream)
+        names, first, line_no = self._read_header(blocks)
+        fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+
+        def rest() -> Iterator[bytes]:
+            yield from first.splitlines(keepends=True)
+            for block in blocks:
+                yield from block.splitlines(keepends=True)
+
+        yield from self._slow(rest(), bad, fmt, line_no, skip=skip_rows)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -286,8 +352,11 @@ class CsvSource:
         for more in rest:
             yield from more.splitlines(keepends=True)
 
-    def _slow(self, lines: Iterator[bytes], bad: BadRows, fmt: ItemFormatter, line_no: int) -> Iterator[list[bytes]]:
-        """Row by row with the csv module: exact line numbers for every problem."""
+    def _slow(
+        self, lines: Iterator[bytes], bad: BadRows, fmt: ItemFormatter, line_no: int, *, skip: int = 0
+    ) -> Iterator[list[bytes]]:
+        """Row by row with the csv module: exact line numbers for every problem. The first ``skip``
+        rows (empty ones included) are only counted off: another reader delivered them."""
         state = {"line": line_no, "placeholder": False}  # physical lines read; last line undecodable
 
         def decoded() -> Iterator[str]:
@@ -312,12 +381,19 @@ class CsvSource:
             except StopIteration:
                 break
             except csv.Error as exc:
+                if skip:
+                    skip -= 1
+                    continue
                 self.stats.rows += 1
                 bad(start, f"malformed CSV ({exc})")
                 continue
+            if skip:
+                skip -= 1
+                continue
             if not row:
-                if not state["placeholder"]:
-                    self.stats.blank += 1  # an empty line
+                if not state["placeholder"]:  # an empty line: a row with a blank value, as elsewhere
+                    self.stats.rows += 1
+                    self.stats.blank += 1
                 continue
             self.stats.rows += 1
             if len(row) < fmt.width:
@@ -332,3 +408,12 @@ class CsvSource:
                 items = []
         if items:
             yield items
+
+
+def _first_row_width(block: bytes, delimiter: str) -> int:
+    """Fields in the first row of a file without a header (0 for an empty file)."""
+    lines = block.decode("utf-8", "replace").splitlines(keepends=True)
+    try:
+        return len(next(csv.reader(lines, delimiter=delimiter), []))
+    except csv.Error:
+        return 0

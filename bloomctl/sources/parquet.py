@@ -1,0 +1,121 @@
+"""Parquet files (one file, or a directory of them) as a source, read with pyarrow.
+
+Items are built as from a CSV row: one column (text, binary or an integer, written as decimal
+digits), or a template over several, with an optional prefix. A null or empty value is blank
+(skipped and counted). Other column types are refused up front: their text form would be a
+choice bloomctl should not make for you (build the item in the export, or use ``template``
+over text columns).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from bloomctl.errors import SourceError, UsageError
+from bloomctl.sources.arrow_items import items_of
+from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
+
+INSTALL_HINT = "Parquet sources need pyarrow: pip install 'redis-bloomctl[fast]'"
+
+
+class ParquetSource:
+    """Items from one column of a Parquet file or of every ``*.parquet`` file under a directory."""
+
+    rewindable = True
+
+    def __init__(
+        self, path: str, *, column: str | None = None, template: str | None = None, prefix: str | None = None
+    ) -> None:
+        if importlib.util.find_spec("pyarrow") is None:
+            raise UsageError(INSTALL_HINT)
+        self.path = path
+        self.column, self.template, self.prefix = column, template, prefix
+        self.stats = SourceStats()
+        self.part: tuple[int, int] | None = None  # (this part, parts): the files' row groups shared out
+
+    @property
+    def description(self) -> str:
+        return f"Parquet {self.path}"
+
+    def _dataset(self) -> Any:
+        import pyarrow.dataset as ds
+
+        if not os.path.exists(self.path):
+            raise SourceError("cannot read %s: no such file or directory", self.path)
+        try:
+            return ds.dataset(self.path, format="parquet")
+        except Exception as exc:  # pyarrow's ArrowInvalid and OSError: not Parquet, unreadable
+            raise SourceError("cannot read %s: %s", self.path, str(exc).splitlines()[0]) from None
+
+    def _formatter(self, schema: Any) -> ItemFormatter:
+        import pyarrow as pa
+
+        fmt = ItemFormatter(list(schema.names), self.column, self.template, self.prefix)
+        for index in fmt.indexes or [fmt.index]:
+            kind = schema.field(index).type
+            if not (
+                pa.types.is_string(kind)
+                or pa.types.is_large_string(kind)
+                or pa.types.is_binary(kind)
+                or pa.types.is_large_binary(kind)
+                or pa.types.is_integer(kind)
+            ):
+                raise UsageError(
+                    "Parquet column %r has type %s: items are built from text, binary or integer columns",
+                    schema.names[index],
+                    str(kind),
+                )
+        return fmt
+
+    def preflight(self) -> None:
+        self._formatter(self._dataset().schema)
+
+    def count(self) -> int:
+        return int(self._dataset().count_rows())
+
+    def batches(self, size: int) -> Iterator[list[bytes]]:
+        for batch in self.fast_batches(size):
+            yield item_list(batch)
+
+    def fast_batches(self, size: int) -> Iterator[Batch]:
+        self.stats = SourceStats()
+        dataset = self._dataset()
+        fmt = self._formatter(dataset.schema)
+        names = [dataset.schema.names[i] for i in sorted(set(fmt.indexes or [fmt.index]))]
+        try:
+            for batch in self._scan(dataset, names, size):
+                items, blank = render(batch, fmt, dataset.schema)
+                self.stats.rows += batch.num_rows
+                self.stats.blank += blank
+                self.stats.items += len(items)
+                if len(items):
+                    yield items
+        except (UsageError, SourceError):
+            raise
+        except Exception as exc:  # a damaged file part-way
+            raise SourceError("cannot read %s: %s", self.path, str(exc).splitlines()[0]) from None
+
+    def _scan(self, dataset: Any, names: list[str], size: int) -> Iterator[Any]:
+        fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
+        groups = [group for fragment in fragments for group in fragment.split_by_row_group()]
+        if self.part is not None:
+            index, parts = self.part
+            groups = groups[index::parts]
+        for group in groups:
+            yield from group.to_batches(columns=names, batch_size=size)
+
+
+def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:
+    """The items of a record batch (binary), and how many rows were blank."""
+    return items_of([_as_binary(batch.column(schema.names[i])) for i in (fmt.indexes or [fmt.index])], fmt)
+
+
+def _as_binary(column: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.string())  # decimal digits, as str() of the number
+    return column.cast(pa.binary())  # one batch holds far less than the 2 GiB of 32-bit offsets

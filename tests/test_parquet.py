@@ -1,0 +1,95 @@
+"""Parquet sources: columns of text, binary and integers (NULLs and empty values blank), templates,
+a directory of files, refused types, and a rebuild from Parquet on every backend and topology."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bloomctl.errors import SourceError, UsageError
+from bloomctl.filters import Filter
+from bloomctl.sources import open_source
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def write_table(path, **columns) -> str:
+    pq.write_table(pa.table(columns), str(path), row_group_size=3)
+    return str(path)
+
+
+def read(source, size: int = 4) -> list[bytes]:
+    return [item for batch in source.batches(size) for item in batch]
+
+
+@pytest.fixture
+def people(tmp_path) -> str:
+    return write_table(
+        tmp_path / "people.parquet",
+        id=pa.array([1, -2, None, 40, 5], pa.int64()),
+        email=pa.array(["a@x", "", None, "日本@x", "ü@x"], pa.string()),
+        raw=pa.array([b"\x00\xff", b"b", None, b"", b"e"], pa.binary()),
+        small=pa.array([1, 2, 3, 4, 5], pa.int8()),
+        price=pa.array([1.5, 2.0, 3.0, 4.0, 5.0], pa.float64()),
+    )
+
+
+def test_columns_of_each_type(people):
+    source = open_source(parquet_path=people, column="email")
+    assert read(source) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
+    assert (source.stats.rows, source.stats.blank, source.stats.items) == (5, 2, 3)
+    assert read(open_source(parquet_path=people, column="id")) == [b"1", b"-2", b"40", b"5"]
+    assert read(open_source(parquet_path=people, column="raw")) == [b"\x00\xff", b"b", b"e"]
+    assert read(open_source(parquet_path=people, column="small", prefix="n:")) == [
+        b"n:1",
+        b"n:2",
+        b"n:3",
+        b"n:4",
+        b"n:5",
+    ]
+    assert read(open_source(parquet_path=people, column="2")) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
+
+
+def test_templates_need_every_value(people):
+    source = open_source(parquet_path=people, template="{id}/{email}")
+    assert read(source) == [b"1/a@x", "40/日本@x".encode(), "5/ü@x".encode()]
+    assert source.stats.blank == 2
+
+
+def test_a_directory_of_files_in_name_order(tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    write_table(folder / "b.parquet", k=pa.array(["b1", "b2"]))
+    write_table(folder / "a.parquet", k=pa.array(["a1", "a2", "a3", "a4"]))
+    source = open_source(parquet_path=str(folder), column="k")
+    assert read(source) == [b"a1", b"a2", b"a3", b"a4", b"b1", b"b2"]
+    assert source.count() == 6
+
+
+def test_refused_types_missing_files_and_wrong_columns(people, tmp_path):
+    with pytest.raises(UsageError, match="'price' has type double"):
+        open_source(parquet_path=people, column="price").preflight()
+    with pytest.raises(UsageError, match="no column 'nope'"):
+        open_source(parquet_path=people, column="nope").preflight()
+    with pytest.raises(SourceError, match="no such file"):
+        open_source(parquet_path=str(tmp_path / "missing.parquet"), column="k").preflight()
+    not_parquet = tmp_path / "x.parquet"
+    not_parquet.write_text("id\n1\n")
+    with pytest.raises(SourceError, match="cannot read"):
+        open_source(parquet_path=str(not_parquet), column="id").preflight()
+
+
+def test_rebuild_from_parquet(target, tmp_path):
+    path = write_table(
+        tmp_path / "users.parquet", email=pa.array([f"user{i}@x" if i % 10 else None for i in range(5000)])
+    )
+    result = target.cli(
+        "rebuild", "users", "--from-parquet", path, "-e", "1%", "--swap", "--nonscaling", "--format", "json"
+    )
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["items_read"], report["blank"], report["swapped"]) == (4500, 500, True)
+    assert report["plan"]["capacity"] == 10_000  # capacity auto: 5000 rows counted x headroom 2
+    assert all(Filter(target.client, "users").mexists([f"user{i}@x" for i in range(1, 5000, 7) if i % 10]))
