@@ -28,6 +28,7 @@ DEFAULT_LOCK_TTL_MS = 30_000  # a dead holder's lock expires after this; a live 
 BUILD_CHOICES = (AUTO, "client", "server")  # where a rebuild computes the filter's bits
 DEFAULT_CLIENT_MEMORY = 1 << 30  # bytes a client build may hold (the filter's bits + working memory)
 CLIENT_BATCH = 1 << 16  # items hashed per step of a client build
+MAX_JOBS = 64  # processes of one client build
 DEFAULT_BATCH_SIZE = 5000  # items per BF.INSERT / FCALL
 DEFAULT_WINDOW = 4  # batches in flight per connection
 DEFAULT_VERIFY_SAMPLE = 10_000  # random source items checked in the standby before a swap

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 
 class ExitCode(IntEnum):
@@ -43,6 +44,9 @@ class BloomctlError(Exception):
         self.template = message
         self.values = values
         super().__init__(message % values if values else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # across processes (a parallel build), values stay apart
+        return (type(self), (self.template, *self.values))
 
     def render(self, translate: Callable[[str], str]) -> str:
         """The message with ``translate`` applied to the template only (never to the values)."""

@@ -462,7 +462,7 @@ def test_catch_up_adds_rows_written_during_the_load(target, sql):
 def test_reservoir_is_uniform(kind):
     import random
 
-    from bloomctl.rebuild.load import KeyedReservoir
+    from bloomctl.sampling import KeyedReservoir
 
     if kind == "keyed":
         pytest.importorskip("numpy")

@@ -35,6 +35,7 @@ from bloomctl.defaults import (
     DEFAULT_WINDOW,
     MAX_CATCHUP_SKEW,
     MAX_HEADROOM,
+    MAX_JOBS,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
@@ -212,6 +213,19 @@ def load_options(f: Any) -> Any:
             help="Where the filter's bits are computed: in the client (uploaded in bounded chunks: almost no "
             "work for the server), on the server (items sent in batches), or auto: the client where a "
             "compatibility probe shows it builds exactly the server's filter.",
+        ),
+        click.option(
+            "--jobs",
+            type=click.IntRange(1, MAX_JOBS),
+            default=1,
+            show_default=True,
+            help="Processes for a client build, each on its part of the source (every N-th batch of a CSV "
+            "file, N-th Parquet row group, or the SQL rows of --split-column); their bits are ORed.",
+        ),
+        click.option(
+            "--split-column",
+            metavar="COLUMN",
+            help="SQL with --jobs: an integer column; job i reads the rows where it is i modulo --jobs.",
         ),
         click.option(
             "--client-memory",

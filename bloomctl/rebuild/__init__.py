@@ -8,8 +8,8 @@ cut-over in ``run``, which also runs them in order.
 
 from __future__ import annotations
 
-from bloomctl.rebuild.load import Reservoir
 from bloomctl.rebuild.options import RebuildOptions, RebuildReport
 from bloomctl.rebuild.run import rebuild
+from bloomctl.sampling import Reservoir
 
 __all__ = ["RebuildOptions", "RebuildReport", "Reservoir", "rebuild"]

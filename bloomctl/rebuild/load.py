@@ -8,107 +8,21 @@ since the load started, minus a clock skew, so rows written during the load are 
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
+from bloomctl.defaults import CLIENT_BATCH
 from bloomctl.loader import Loader, LoadStats, Progress
 from bloomctl.rebuild.options import Events, RebuildOptions
 from bloomctl.rebuild.standby import Standbys
-from bloomctl.sources import IncrementalSource
-from bloomctl.sources.base import Batch, item_take
-
-
-class Reservoir:
-    """A uniform random sample of ``size`` items from a stream of batches (Vitter's algorithm L).
-
-    Draws random numbers only when an item enters the sample, so it costs almost nothing per item.
-    """
-
-    def __init__(self, size: int, rng: random.Random) -> None:
-        self.size, self.rng = size, rng
-        self.items: list[bytes] = []
-        self.seen = 0
-        self.weight = 1.0
-        self.next_index = 0
-
-    def _skip(self) -> None:
-        self.weight *= math.exp(math.log(self.rng.random() or 1e-300) / self.size)
-        gap = math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self.weight)) if self.weight < 1 else 0
-        self.next_index += gap + 1
-
-    def feed(self, batch: Batch) -> None:
-        """Sample from one batch (a list of bytes, or an Arrow array: only the picked items are
-        turned into bytes)."""
-        if self.size <= 0:
-            return
-        start = 0
-        if len(self.items) < self.size:
-            start = min(self.size - len(self.items), len(batch))
-            self.items.extend(item_take(batch, list(range(start))))
-            self.seen += start
-            if len(self.items) == self.size:
-                self.next_index = self.seen - 1
-                self._skip()
-        end = self.seen + len(batch) - start
-        picks: dict[int, int] = {}  # slot -> index in the batch; a later pick of a slot wins
-        while len(self.items) == self.size and self.next_index < end:
-            picks[self.rng.randrange(self.size)] = start + self.next_index - self.seen
-            self._skip()
-        for slot, item in zip(picks, item_take(batch, list(picks.values())), strict=True):
-            self.items[slot] = item
-        self.seen = end
-
-
-class KeyedReservoir:
-    """The same uniform sample, drawn with numpy: every item gets a uniform random key and the
-    ``size`` smallest keys win (a uniform sample without replacement). A batch costs one vector of
-    random numbers; only the items that enter the sample are turned into bytes, and the pool is
-    cut back to ``size`` only when it has doubled."""
-
-    def __init__(self, size: int, seed: int | None) -> None:
-        import numpy as np
-
-        self.np = np
-        self.size = size
-        self.rng = np.random.default_rng(seed)
-        self.keys = np.empty(0, dtype=np.float64)
-        self.pool: list[bytes] = []
-
-    def feed(self, batch: Batch) -> None:
-        np = self.np
-        if self.size <= 0 or len(batch) == 0:
-            return
-        keys = self.rng.random(len(batch))
-        if len(self.pool) >= self.size:
-            entering = np.flatnonzero(keys < np.partition(self.keys, self.size - 1)[self.size - 1])
-        else:
-            entering = np.arange(len(batch))
-        if entering.size == 0:
-            return
-        self.keys = np.concatenate([self.keys, keys[entering]])
-        self.pool += item_take(batch, entering.tolist())
-        if len(self.pool) > 2 * self.size:
-            self._cut()
-
-    def _cut(self) -> None:
-        """Keep the ``size`` items with the smallest keys."""
-        if len(self.pool) > self.size:
-            keep = self.np.argpartition(self.keys, self.size - 1)[: self.size]
-            self.keys = self.keys[keep]
-            self.pool = [self.pool[i] for i in keep.tolist()]
-
-    @property
-    def items(self) -> list[bytes]:
-        self._cut()
-        return self.pool
-
-
-Sample = Reservoir | KeyedReservoir  # either keeps .items, the sample
+from bloomctl.sampling import KeyedReservoir, Reservoir, Sample
+from bloomctl.sources import IncrementalSource, Source
+from bloomctl.sources.base import Batch, prefetched
 
 
 def sampled(batches: Iterator[Batch], reservoir: Sample | None) -> Iterator[list[bytes]]:
@@ -164,13 +78,15 @@ def catch_up(
 def client_load(
     client: RedisClient,
     backend: Backend,
-    batches: Iterator[Batch],
+    source: Source,
     standbys: Standbys,
+    options: RebuildOptions,
     *,
     reservoir: Sample | None = None,
     progress: Progress | None = None,
 ) -> tuple[LoadStats, int]:
-    """Build the standbys' bits in the client and put them in; returns the load and the bytes sent.
+    """Build the standbys' bits in the client (in ``options.jobs`` processes, each on its part of
+    the source) and put them in; returns the load and the bytes sent.
 
     Raises ``Overflow`` (a scaling filter outgrew one link) or ``MergeBusy`` (dual writes kept
     changing a standby) before any standby is changed: the caller takes the server path."""
@@ -179,16 +95,47 @@ def client_load(
     started = time.perf_counter()
     build = ClientBuild(client, backend.name, standbys.targets.families)
     stats = LoadStats(per_key=[0] * len(standbys.targets.members))
-    for batch in sampled(batches, reservoir):
-        build.add(batch)
-        stats.sent += len(batch)
-        stats.batches += 1
+    if options.jobs > 1:
+        stats.sent, stats.batches = _in_parts(build, source, options, reservoir), options.jobs
         if progress is not None:
             progress(stats.sent)
+    else:
+        batches = sampled(source.fast_batches(CLIENT_BATCH), reservoir)
+        for count, prepared in prefetched((len(batch), build.prepare(batch)) for batch in batches):
+            build.apply(prepared)  # the reading thread hashed the batch; this one sets its bits
+            stats.sent += count
+            stats.batches += 1
+            if progress is not None:
+                progress(stats.sent)
     standbys.lock.check()
     sent = build.finish(standbys.generation, standbys.lock.check_held)
     stats.added = build.count
     stats.duplicates = stats.sent - stats.added
-    stats.per_key = [member.array.count for member in build.members]
+    stats.per_key = [array.count for array in build.arrays]
     stats.seconds = time.perf_counter() - started
     return stats, sent
+
+
+def _in_parts(build: Any, source: Source, options: RebuildOptions, reservoir: Sample | None) -> int:
+    """The parallel build: the parts' bits ORed into ``build``, their samples into ``reservoir``;
+    returns the items read."""
+    from bloomctl.build.parallel import build_parts
+
+    keyed = reservoir if isinstance(reservoir, KeyedReservoir) else None
+    parts, merged = build_parts(
+        source,
+        build.backend,
+        build.layouts,
+        build.names,
+        jobs=options.jobs,
+        split_column=options.split_column,
+        batch=CLIENT_BATCH,
+        sample_size=keyed.size if keyed is not None else 0,
+        seed=options.seed,
+    )
+    for part in parts:
+        build.merge(part.datas, part.counts)
+        if keyed is not None:
+            keyed.absorb(part.sample_keys, part.sample)
+    source.stats = merged
+    return merged.items

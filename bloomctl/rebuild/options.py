@@ -49,6 +49,8 @@ class RebuildOptions:
     seed: int | None = None  # for the verification sample; tests fix it
     build: str = AUTO  # where the bits are computed: auto, client or server
     client_memory: int = DEFAULT_CLIENT_MEMORY
+    jobs: int = 1  # processes of a client build, each on its part of the source
+    split_column: str | None = None  # SQL: the integer column that shares the rows out to the jobs
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RebuildOptions:

@@ -64,7 +64,7 @@ def _unsuitable(
         layouts = [scheme.read_layout(client, family.standby) for family in targets.families]
     except (scheme.Unsuitable, ValueError) as exc:
         return str(exc)
-    needed = client_build.memory_needed([layout.nbytes for layout in layouts])
+    needed = client_build.memory_needed([layout.nbytes for layout in layouts], options.jobs)
     if needed > options.client_memory:
         return (
             f"the build needs {needed:,} bytes of memory, more than the client memory limit {options.client_memory:,}"

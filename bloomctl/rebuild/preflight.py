@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bloomctl import backends
 from bloomctl.backends import AUTO, Backend
 from bloomctl.client import RedisClient
-from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM
+from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.manifest import Manifest, new_manifest, read_manifest
@@ -42,6 +42,20 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     if options.verify_all and not source.rewindable:
         raise UsageError("`verify_all` reads the source twice: give a file, not stdin")
     source.preflight()
+    check_jobs(source, options)
+
+
+def check_jobs(source: Source, options: RebuildOptions) -> None:
+    """A parallel client build: its parts can be cut from this source (and a SQL part's query runs)."""
+    if not 1 <= options.jobs <= MAX_JOBS:
+        raise UsageError("`jobs` must be between 1 and %s, got %s", MAX_JOBS, options.jobs)
+    if options.jobs == 1:
+        if options.split_column is not None:
+            raise UsageError("`split_column` shares rows out to `jobs`: give `jobs` 2 or more")
+        return
+    if options.build == "server":
+        raise UsageError("`jobs` runs a client build in parallel: leave out `jobs` with `build` server")
+    source.part(0, options.jobs, options.split_column).preflight()
 
 
 @dataclass(frozen=True)

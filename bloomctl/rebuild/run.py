@@ -13,7 +13,6 @@ from datetime import datetime
 from bloomctl import lifecycle
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
-from bloomctl.defaults import CLIENT_BATCH
 from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.loader import Progress
@@ -159,12 +158,7 @@ def build_in_client(
     reservoir = new_reservoir(options)
     try:
         report.load, report.uploaded_bytes = client_load(
-            client,
-            backend,
-            prefetched(source.fast_batches(CLIENT_BATCH)),
-            standbys,
-            reservoir=reservoir,
-            progress=progress,
+            client, backend, source, standbys, options, reservoir=reservoir, progress=progress
         )
         return reservoir
     except (Overflow, MergeBusy) as exc:

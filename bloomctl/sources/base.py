@@ -100,6 +100,15 @@ class Source(Protocol):
         making a Python object per item)."""
         ...
 
+    @property
+    def shared_parse(self) -> bool:
+        """Whether every part (``part``) reads the whole source: then each part counts every row."""
+        ...
+
+    def part(self, index: int, parts: int, split_column: str | None = None) -> Source:
+        """Share ``index`` of ``parts`` of the items, for a build in several processes."""
+        ...
+
 
 @runtime_checkable
 class IncrementalSource(Source, Protocol):
@@ -221,6 +230,26 @@ class BadRows:
             if self.tolerance:
                 raise SourceError("%s", where)
             raise SourceError("%s (`skip_bad_rows` N tolerates up to N bad rows)", where)
+
+
+def merge_stats(parts: list[SourceStats], shared_parse: bool) -> SourceStats:
+    """The statistics of a source read in parts: items add up; rows, blanks and bad rows add up
+    too, unless every part read every row (then any part's count is the whole's)."""
+    first = parts[0]
+    merged = SourceStats(items=sum(part.items for part in parts))
+    if shared_parse:
+        merged.rows, merged.blank, merged.bad_rows, merged.examples = (
+            first.rows,
+            first.blank,
+            first.bad_rows,
+            first.examples,
+        )
+    else:
+        merged.rows = sum(part.rows for part in parts)
+        merged.blank = sum(part.blank for part in parts)
+        merged.bad_rows = sum(part.bad_rows for part in parts)
+        merged.examples = [example for part in parts for example in part.examples][:MAX_EXAMPLES]
+    return merged
 
 
 def prefetched(batches: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:

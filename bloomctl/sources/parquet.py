@@ -34,7 +34,7 @@ class ParquetSource:
         self.path = path
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()
-        self.part: tuple[int, int] | None = None  # (this part, parts): the files' row groups shared out
+        self.share: tuple[int, int] | None = None  # (this part, parts): the files' row groups shared out
 
     @property
     def description(self) -> str:
@@ -70,6 +70,16 @@ class ParquetSource:
                 )
         return fmt
 
+    shared_parse = False
+
+    def part(self, index: int, parts: int, split_column: str | None = None) -> ParquetSource:
+        """Every ``parts``-th row group of the files, from ``index``."""
+        if split_column is not None:
+            raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by row groups")
+        copy = ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
+        copy.share = (index, parts)
+        return copy
+
     def preflight(self) -> None:
         self._formatter(self._dataset().schema)
 
@@ -101,8 +111,8 @@ class ParquetSource:
     def _scan(self, dataset: Any, names: list[str], size: int) -> Iterator[Any]:
         fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
         groups = [group for fragment in fragments for group in fragment.split_by_row_group()]
-        if self.part is not None:
-            index, parts = self.part
+        if self.share is not None:
+            index, parts = self.share
             groups = groups[index::parts]
         for group in groups:
             yield from group.to_batches(columns=names, batch_size=size)

@@ -140,6 +140,30 @@ class SqlSource:
         """The rows whose ``column`` is before ``moment``: what a full verification can demand on a live table."""
         return self._narrowed(column, "<", moment)
 
+    shared_parse = False
+
+    def part(self, index: int, parts: int, split_column: str | None = None) -> SqlSource:
+        """The rows whose integer ``split_column`` is ``index`` modulo ``parts`` (rows where it is
+        NULL go to part 0): each part runs its own query on the database."""
+        if split_column is None:
+            raise UsageError("`jobs` with a SQL source needs `split_column`, an integer column to split the rows by")
+        column = self.check_column_name(split_column)
+        condition = f"ABS({column} % {parts}) = {index}" + (f" OR {column} IS NULL" if index == 0 else "")
+        narrowed = SqlSource(
+            self.url,
+            f"SELECT * FROM ({self.query}) AS bloomctl_part WHERE {condition}",
+            column=self.column,
+            template=self.template,
+            prefix=self.prefix,
+            params=self.params,
+        )
+        return narrowed
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_engine"] = None  # engines do not cross processes: each part makes its own
+        return state
+
     def _narrowed(self, column: str, operator: str, moment: Any) -> SqlSource:
         narrowed = SqlSource(
             self.url,
