@@ -21,6 +21,7 @@ from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_WINDOW
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
 from bloomctl.routing import route
+from bloomctl.sources.base import item_list
 from bloomctl.topology import node_client
 
 Progress = Callable[[int], None]  # called with the number of items written so far
@@ -70,6 +71,7 @@ class _Target:
 
     def send(self, batch: list[bytes]) -> None:
         loader = self.loader
+        loader.throttle()
         command = loader.backend.madd_command(loader.client, self.key, batch)
         if loader.pack is not None:
             self.conn.send_packed_command([loader.pack(command)], check_health=False)
@@ -101,6 +103,7 @@ class Loader:
         window: int = DEFAULT_WINDOW,
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: Progress | None = None,
+        max_rate: float | None = None,
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -108,17 +111,19 @@ class Loader:
         self.keys = [keys] if isinstance(keys, bytes) else list(keys)
         self.window, self.batch_size = window, batch_size
         self.progress = progress
+        self.max_rate = max_rate  # items per second at most (a shared production server)
+        self.started = 0.0
         self.pack = _packer()
         self.stats = LoadStats(per_key=[0] * len(self.keys))
 
     def load(self, batches: Iterable[list[bytes]]) -> LoadStats:
         targets: list[_Target] = []
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         broken = True
         try:
             targets = [_Target(self, key) for key in self.keys]
             shards = len(targets)
-            for batch in batches:
+            for batch in map(item_list, batches):
                 if not batch:
                     continue
                 if shards == 1:
@@ -146,6 +151,14 @@ class Loader:
                 target.close(broken)
             self.stats.seconds += time.perf_counter() - started
         return self.stats
+
+    def throttle(self) -> None:
+        """With ``max_rate``, wait until the items sent so far are within the rate since the start."""
+        if self.max_rate is None:
+            return
+        ahead = self.stats.sent / self.max_rate - (time.perf_counter() - self.started)
+        if ahead > 0:
+            time.sleep(ahead)
 
     def read(self, target: _Target, expected: int) -> None:
         reply = target.conn.read_response()

@@ -283,3 +283,49 @@ def test_a_newer_library_is_never_downgraded_silently(cli_plain, plain):
         assert cli_plain("functions", "status").exit_code == 0
     finally:
         client.function_flush()
+
+
+def test_a_large_filter_arrives_whole_and_matches_a_small_ones_layout(bitmap):
+    """Above 16 MiB the client sends the empty filter (SET NX) instead of having the server zero it
+    (which blocked it 91 ms for 228 MB): the same header and length as the function library's."""
+    bitmap, client = bitmap
+    large, small = plan(15_000_000, 0.01, None), plan(1000, 0.01, None)
+    bitmap.reserve(client, b"large", large)
+    bitmap.reserve(client, b"small", small)
+    assert client.strlen(b"large") == HEADER_BYTES + large.first.bytes > 16 << 20
+    head_large, head_small = client.getrange(b"large", 0, 63), client.getrange(b"small", 0, 63)
+    assert parse_header(head_large) == {**parse_header(head_small), "bits": large.first.bits, "capacity": 15_000_000}
+    assert bitmap.madd(client, b"large", [b"a", b"b"]) == [True, True] and bitmap.card(client, b"large") == 2
+    with pytest.raises(StateConflict, match="already exists"):
+        bitmap.reserve(client, b"large", large)
+    assert bitmap.card(client, b"large") == 2  # untouched
+
+
+def test_server_path_batches_stay_short(cli_plain, plain, tmp_path):
+    """The bitmap server path sends 2000 items per FCALL (about 11 ms on the server, measured),
+    RedisBloom's 5000 per BF.INSERT: no rebuild command over 20 ms."""
+    path = tmp_path / "u.csv"
+    path.write_text("id\n" + "".join(f"u{i}\n" for i in range(5000)))
+    first = cli_plain("rebuild", "f", "--from-csv", str(path), "-c", "9000", "-e", "1%", "--nonscaling", "--swap")
+    assert first.exit_code == 0, first.stderr
+    client = plain.client()
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 100_000)  # the scripts' own commands are logged too
+    client.slowlog_reset()
+    again = cli_plain("rebuild", "f", "--from-csv", str(path), "--build", "server", "--swap")
+    assert again.exit_code == 0, again.stderr
+    fcalls = [entry for entry in client.slowlog_get(100_000) if entry["command"].startswith(b"FCALL bloomctl_madd")]
+    client.config_set("slowlog-log-slower-than", 10_000)
+    assert len(fcalls) == 3  # 2000 + 2000 + 1000 items
+
+
+def test_max_rate_paces_the_server_path(cli_plain, tmp_path):
+    import time
+
+    path = tmp_path / "u.csv"
+    path.write_text("id\n" + "".join(f"u{i}\n" for i in range(4000)))
+    args = ["-c", "9000", "-e", "1%", "--nonscaling", "--build", "server", "--max-rate", "8000", "--batch-size", "500"]
+    started = time.perf_counter()
+    result = cli_plain("rebuild", "f", "--from-csv", str(path), *args)
+    assert result.exit_code == 0, result.stderr
+    assert time.perf_counter() - started > 3500 / 8000  # the 8th batch of 500 leaves after 3,500 / 8,000 s

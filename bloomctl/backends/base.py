@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.client import RedisClient
-from bloomctl.defaults import DEFAULT_EXPANSION
+from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EXPANSION
 from bloomctl.errors import UsageError
 from bloomctl.planner import Plan, estimated_fpr, validate_expansion
 
@@ -132,6 +132,7 @@ class Backend(ABC):
     redis_type: bytes  # what TYPE answers for a key of this backend
     magic: bytes = b""  # what the value starts with, where TYPE alone does not tell (checked by SWAP_LUA)
     grows: bool = True  # whether a full filter adds sub-filters (EXPANSION) rather than filling up
+    batch_size: int = DEFAULT_BATCH_SIZE  # items per add command: well under 20 ms on the server
 
     def expansion_for(self, expansion: int | None, nonscaling: bool, recorded: str | None = None) -> int | None:
         """The planner's expansion (None: NONSCALING) from the options, else from the ``recorded``

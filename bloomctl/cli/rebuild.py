@@ -21,6 +21,7 @@ from bloomctl.cli.options import (
 from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 from bloomctl.defaults import (
     AUTO,
+    BITMAP_BATCH_SIZE,
     BUILD_CHOICES,
     DB_URL_ENV,
     DEFAULT_BATCH_SIZE,
@@ -202,8 +203,8 @@ def plan_options(f: Any) -> Any:
     return f
 
 
-def load_options(f: Any) -> Any:
-    """How the load runs and what is verified before a swap."""
+def build_options(f: Any) -> Any:
+    """Where the filter is built: the client (and in how many processes) or the server."""
     options = [
         click.option(
             "--build",
@@ -236,12 +237,28 @@ def load_options(f: Any) -> Any:
             help="Memory a client build may use (the filter's bits and its working memory); auto builds "
             "larger filters on the server. 1G = 10^9.",
         ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def load_options(f: Any) -> Any:
+    """How the server path sends items, and what is verified before a swap."""
+    options = [
         click.option(
             "--batch-size",
             type=click.IntRange(min=1),
-            default=DEFAULT_BATCH_SIZE,
-            show_default=True,
-            help="Items per BF.INSERT / FCALL.",
+            default=None,
+            help=f"Server path: items per BF.INSERT / FCALL [default: {DEFAULT_BATCH_SIZE} RedisBloom, "
+            f"{BITMAP_BATCH_SIZE} bitmap: each well under 20 ms on the server].",
+        ),
+        click.option(
+            "--max-rate",
+            metavar="ITEMS/S",
+            type=click.FloatRange(min=0, min_open=True),
+            default=None,
+            help="Server path: send at most this many items per second (a shared production server).",
         ),
         click.option(
             "--window",
@@ -287,6 +304,7 @@ def load_options(f: Any) -> Any:
 @click.argument("key")
 @source_options
 @plan_options
+@build_options
 @load_options
 @click.option("--swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
 @swap_guard_options

@@ -52,7 +52,15 @@ def load(
     reservoir: Sample | None = None,
     progress: Progress | None = None,
 ) -> LoadStats:
-    loader = Loader(client, backend, standbys, window=options.window, batch_size=options.batch_size, progress=progress)
+    loader = Loader(
+        client,
+        backend,
+        standbys,
+        window=options.window,
+        batch_size=options.batch,
+        progress=progress,
+        max_rate=options.max_rate,
+    )
     return loader.load(sampled(batches, reservoir))
 
 
@@ -71,7 +79,7 @@ def catch_up(
     moment = since - timedelta(seconds=options.catchup_skew)
     recent = source.since(options.since_column, moment)
     log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
-    stats = load(client, backend, standbys, recent.batches(options.batch_size), options, reservoir=reservoir)
+    stats = load(client, backend, standbys, recent.batches(options.batch), options, reservoir=reservoir)
     return stats, recent.stats.items
 
 

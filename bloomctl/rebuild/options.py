@@ -32,7 +32,8 @@ class RebuildOptions:
     expansion: int | None = None
     nonscaling: bool = False
     backend: str = AUTO
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int | None = None  # items per add command; None: the backend's (5000 RedisBloom, 2000 bitmap)
+    max_rate: float | None = None  # items per second, at most, on the server path
     window: int = DEFAULT_WINDOW
     verify_sample: int = DEFAULT_VERIFY_SAMPLE
     verify_all: bool = False
@@ -51,6 +52,11 @@ class RebuildOptions:
     client_memory: int = DEFAULT_CLIENT_MEMORY
     jobs: int = 1  # processes of a client build, each on its part of the source
     split_column: str | None = None  # SQL: the integer column that shares the rows out to the jobs
+
+    @property
+    def batch(self) -> int:
+        """Items per add command (the rebuild sets ``batch_size`` from the backend when None)."""
+        return self.batch_size or DEFAULT_BATCH_SIZE
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> RebuildOptions:

@@ -28,8 +28,10 @@ from bloomctl.sources import IncrementalSource, Source
 def check_options(source: Source, options: RebuildOptions) -> None:
     """The options on their own and against the source; then the source itself (its header or
     query columns against the column or template)."""
-    if options.batch_size < 1:
+    if options.batch_size is not None and options.batch_size < 1:
         raise UsageError("`batch_size` must be at least 1, got %s", options.batch_size)
+    if options.max_rate is not None and not (options.max_rate > 0 and math.isfinite(options.max_rate)):
+        raise UsageError("`max_rate` must be a positive number of items per second, got %s", options.max_rate)
     to_keep_ms(options.keep_old)
     if options.since_column:
         if not isinstance(source, IncrementalSource):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime
 
 from bloomctl import lifecycle
@@ -48,11 +49,13 @@ def rebuild(
     family = KeyFamily.of(key)
     check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
+    if options.batch_size is None:  # the backend's: no add command over 20 ms on the server
+        options = replace(options, batch_size=backend.batch_size)
     chosen = targets(client, family.active, the_plan, backend, options)
     report = new_report(family, chosen, backend, the_plan, counted, options)
     log_plan(report, chosen, log)
     if options.dry_run:
-        for _batch in source.batches(options.batch_size):
+        for _batch in source.batches(options.batch):
             pass
         report.source = source.stats
     else:
@@ -121,7 +124,7 @@ def load_all(
     if path.where == "client":
         reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
     else:
-        batches = prefetched(source.batches(options.batch_size))
+        batches = prefetched(source.batches(options.batch))
         report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
@@ -167,7 +170,7 @@ def build_in_client(
         report.build, report.build_note = "server", str(exc)
         log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
     reservoir = new_reservoir(options)
-    batches = prefetched(source.batches(options.batch_size))
+    batches = prefetched(source.batches(options.batch))
     keys = standbys.targets.standbys
     report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
     return reservoir
@@ -208,8 +211,8 @@ def verify_all(
 def all_items(source: Source, since: datetime | None, options: RebuildOptions) -> Iterator[list[bytes]]:
     """Every item the standby must hold: on a live table, the rows from before the load started."""
     if options.since_column and isinstance(source, IncrementalSource) and since is not None:
-        return source.before(options.since_column, since).batches(options.batch_size)
-    return source.batches(options.batch_size)
+        return source.before(options.since_column, since).batches(options.batch)
+    return source.batches(options.batch)
 
 
 def cut_over(
