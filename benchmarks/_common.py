@@ -1,4 +1,4 @@
-"""What both benchmarks need: a throwaway redis-server on a free loopback port."""
+"""What the benchmarks share: a throwaway redis-server on a free loopback port, and its costs."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(module: str | None, workdir: str | os.PathLike[str]) -> tuple[subprocess.Popen, int]:
+def start_server(
+    module: str | None, workdir: str | os.PathLike[str], binary: str = "redis-server"
+) -> tuple[subprocess.Popen, int]:
     """A redis-server (with the RedisBloom module when given) that keeps nothing on disk."""
     port = free_port()
     args = [
-        "redis-server",
+        binary,
         "--port",
         str(port),
         "--bind",
@@ -46,3 +48,21 @@ def start_server(module: str | None, workdir: str | os.PathLike[str]) -> tuple[s
             time.sleep(0.05)
     proc.terminate()
     raise RuntimeError("redis-server did not start")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def slowest_command(client: redis.Redis) -> tuple[str, int] | None:
+    """The slowest command in SLOWLOG (its name, microseconds), or None when none was logged."""
+    entries = client.slowlog_get(1_000_000)
+    if not entries:
+        return None
+    worst = max(entries, key=lambda e: e["duration"])
+    command = worst["command"]
+    name = command.split()[0] if isinstance(command, str) else command.split()[0].decode()
+    return name, int(worst["duration"])

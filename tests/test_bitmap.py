@@ -302,10 +302,10 @@ def test_a_large_filter_arrives_whole_and_matches_a_small_ones_layout(bitmap):
 
 
 def test_server_path_batches_stay_short(cli_plain, plain, tmp_path):
-    """The bitmap server path sends 2000 items per FCALL (about 11 ms on the server, measured),
+    """The bitmap server path sends 1000 items per FCALL (about 5 ms on the server, measured),
     RedisBloom's 5000 per BF.INSERT: no rebuild command over 20 ms."""
     path = tmp_path / "u.csv"
-    path.write_text("id\n" + "".join(f"u{i}\n" for i in range(5000)))
+    path.write_text("id\n" + "".join(f"u{i}\n" for i in range(2500)))
     first = cli_plain("rebuild", "f", "--from-csv", str(path), "-c", "9000", "-e", "1%", "--nonscaling", "--swap")
     assert first.exit_code == 0, first.stderr
     client = plain.client()
@@ -316,7 +316,7 @@ def test_server_path_batches_stay_short(cli_plain, plain, tmp_path):
     assert again.exit_code == 0, again.stderr
     fcalls = [entry for entry in client.slowlog_get(100_000) if entry["command"].startswith(b"FCALL bloomctl_madd")]
     client.config_set("slowlog-log-slower-than", 10_000)
-    assert len(fcalls) == 3  # 2000 + 2000 + 1000 items
+    assert len(fcalls) == 3  # 1000 + 1000 + 500 items
 
 
 def test_max_rate_paces_the_server_path(cli_plain, tmp_path):

@@ -208,28 +208,57 @@ def test_dual_writes_through_a_client_build_are_never_lost(target, tmp_path, rat
     assert read_metadata(target.client, KeyFamily.of("users").meta)["state"] == "verified"
 
 
-def test_a_write_between_reading_the_standby_and_the_cutover_is_merged(target, tmp_path, monkeypatch):
-    """RedisBloom: the cutover script sees BF.CARD move (a dual write landed after the standby was
-    read) and reads again; the written item is in the result. Bitmap: ORing needs no check."""
-    if target.backend.name != "redisbloom":
-        pytest.skip("the bitmap upload ORs into the standby: nothing to race")
+def spy_on_standby_reads(monkeypatch, write=None) -> list[bytes]:
+    """Record every full read of a standby's bits; ``write(key)`` runs after each upload (the
+    application writing to the standby between the upload and the cutover)."""
     from bloomctl.build import redisbloom
 
-    real_read, reads = redisbloom.read_bits, []
+    real_read, real_upload, reads = redisbloom.read_bits, redisbloom.upload_chunks, []
 
-    def read_then_write(client, key, layout):
-        bits = real_read(client, key, layout)
-        if not key.endswith(b":standby"):  # the probe's filter
-            return bits
-        reads.append(key)
-        if len(reads) == 1:  # the application writes right after the first read
-            target.backend.madd(target.client, key, [b"late:write"])
-        return bits
+    def read(client, key, layout):
+        if key.endswith(b":standby"):  # not the probe's filter
+            reads.append(key)
+        return real_read(client, key, layout)
 
-    monkeypatch.setattr(redisbloom, "read_bits", read_then_write)
+    def upload(client, key, data, starts):
+        sent = real_upload(client, key, data, starts)
+        if write is not None:
+            write(key.replace(b":build", b":standby"))
+        return sent
+
+    monkeypatch.setattr(redisbloom, "read_bits", read)
+    monkeypatch.setattr(redisbloom, "upload_chunks", upload)
+    return reads
+
+
+def test_without_dual_writes_the_standby_is_never_read_back(target, tmp_path, monkeypatch):
+    """An empty standby (BF.CARD 0) has no bits to merge: no BF.SCANDUMP of its data, the one
+    command a rebuild sends that the module sizes (chunks of up to 16 MiB), not bloomctl."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: it never reads it")
+    reads = spy_on_standby_reads(monkeypatch)
     path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
     report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
-    assert report["build"] == "client" and len(reads) == 2  # the cutover refused once, then read again
+    assert report["build"] == "client" and reads == []
+    assert all(Filter(target.client, "users").mexists(["user:0", "user:4999"]))
+
+
+def test_a_write_between_the_upload_and_the_cutover_is_merged(target, tmp_path, monkeypatch):
+    """RedisBloom: the cutover script sees BF.CARD move (a dual write landed after the count was
+    read) and reads the standby; the written item is in the result. Bitmap: ORing needs no check."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: nothing to race")
+    written: list[bytes] = []
+
+    def write_once(standby: bytes) -> None:
+        if not written:
+            target.backend.madd(target.client, standby, [b"late:write"])
+            written.append(standby)
+
+    reads = spy_on_standby_reads(monkeypatch, write_once)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
+    assert report["build"] == "client" and len(reads) == 1  # the cutover refused once, then read
     assert Filter(target.client, "users").exists("late:write")
 
 
@@ -238,17 +267,12 @@ def test_dual_writes_that_never_stop_send_the_build_to_the_server(target, tmp_pa
     (nothing uploaded had replaced the standby); the written items are all there."""
     if target.backend.name != "redisbloom":
         pytest.skip("the bitmap upload ORs into the standby: nothing to race")
-    from bloomctl.build import redisbloom
+    counter = iter(range(10**6))
 
-    real_read, counter = redisbloom.read_bits, iter(range(10**6))
+    def write(standby: bytes) -> None:
+        target.backend.madd(target.client, standby, [f"busy:{next(counter)}".encode()])
 
-    def read_then_write(client, key, layout):
-        bits = real_read(client, key, layout)
-        if key.endswith(b":standby"):  # not the probe's filter
-            target.backend.madd(target.client, key, [f"busy:{next(counter)}".encode()])
-        return bits
-
-    monkeypatch.setattr(redisbloom, "read_bits", read_then_write)
+    spy_on_standby_reads(monkeypatch, write)
     path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
     report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling")
     assert report["build"] == "server" and "during 8 merges" in report["build_note"]

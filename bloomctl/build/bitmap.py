@@ -19,10 +19,10 @@ import numpy as np
 
 from bloomctl.backends.bitmap import HEADER, HEADER_BYTES, MAGIC
 from bloomctl.build.bits import BitArray
-from bloomctl.sources.base import item_list
 from bloomctl.client import RedisClient
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
+from bloomctl.sources.base import item_list
 
 UPLOAD_CHUNK = 1 << 20  # bytes ORed per script: GETRANGE + BITOP + SETRANGE of 1 MiB, ~1 ms
 ITEMS_OFFSET = 40  # the header's i64 item count
@@ -107,9 +107,7 @@ def read_bits(client: RedisClient, key: bytes, layout: Layout) -> np.ndarray[Any
     return out
 
 
-def finish(
-    client: RedisClient, family: KeyFamily, layout: Layout, array: BitArray, generation: str, check: Any
-) -> int:
+def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArray, generation: str, check: Any) -> int:
     """OR the built bits into the standby, chunk by chunk, then add the count. Returns bytes sent."""
     scratch = [family.companion("build"), family.companion("build:or")]
     or_chunk = client.register_script(OR_CHUNK_LUA)
@@ -127,7 +125,9 @@ def finish(
             raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
         sent += len(chunk)
     check()
-    added = client.register_script(ADD_COUNT_LUA)(keys=[family.standby, family.standby_meta], args=[generation, array.count])
+    added = client.register_script(ADD_COUNT_LUA)(
+        keys=[family.standby, family.standby_meta], args=[generation, array.count]
+    )
     if int(added) < 0:
         raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
     return sent

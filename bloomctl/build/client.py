@@ -15,11 +15,11 @@ from typing import Any
 
 from bloomctl.build import bitmap, redisbloom
 from bloomctl.build.bits import BitArray
-from bloomctl.sources.base import item_list
 from bloomctl.client import RedisClient
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.routing import route
+from bloomctl.sources.base import item_list
 
 BATCH_OVERHEAD = 128 << 20  # working memory of one batch (positions, sort keys), on top of the bits
 SCHEMES: dict[str, ModuleType] = {"redisbloom": redisbloom, "bitmap": bitmap}

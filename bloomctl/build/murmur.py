@@ -73,7 +73,9 @@ class Blocks:
         return h
 
 
-def hash_pair(data: np.ndarray[Any, Any], offsets: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+def hash_pair(
+    data: np.ndarray[Any, Any], offsets: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     """RedisBloom's two hashes of every item (a with the fixed seed, b seeded with a)."""
     blocks = Blocks(data, offsets)
     a = blocks.hash(SEED)

@@ -30,7 +30,13 @@ class Part:
 
 
 def build_part(
-    source: Source, backend: str, layouts: Sequence[Any], names: Sequence[str], batch: int, sample_size: int, seed: int | None
+    source: Source,
+    backend: str,
+    layouts: Sequence[Any],
+    names: Sequence[str],
+    batch: int,
+    sample_size: int,
+    seed: int | None,
 ) -> Part:
     """One process's work: its part of the source into fresh bit arrays."""
     from bloomctl.build import tune_allocator
@@ -44,7 +50,13 @@ def build_part(
         sample.feed(items)
         build.apply(prepared)
     chosen = sample.items
-    return Part([array.data for array in build.arrays], [array.count for array in build.arrays], source.stats, sample.keys, chosen)
+    return Part(
+        [array.data for array in build.arrays],
+        [array.count for array in build.arrays],
+        source.stats,
+        sample.keys,
+        chosen,
+    )
 
 
 def build_parts(

@@ -33,7 +33,9 @@ def probe_items() -> list[bytes]:
     return items
 
 
-def check(client: RedisClient, backend: Backend, family: KeyFamily, error_rate: float, expansion: int | None) -> str | None:
+def check(
+    client: RedisClient, backend: Backend, family: KeyFamily, error_rate: float, expansion: int | None
+) -> str | None:
     """None when the client builds exactly what this server builds; else what differs."""
     key = family.companion("probe")
     items = probe_items()

@@ -151,15 +151,14 @@ def changed_chunks(before: np.ndarray[Any, Any], after: np.ndarray[Any, Any]) ->
     ]
 
 
-def finish(
-    client: RedisClient, family: KeyFamily, layout: Layout, array: BitArray, generation: str, check: Any
-) -> int:
+def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArray, generation: str, check: Any) -> int:
     """Put the built bits into the standby (``family.standby``), merging what dual writes put there.
     ``check`` raises when the run lost its lock. Returns the bytes uploaded."""
     build = family.companion("build")
     client.unlink(build)
     card = int(client.execute_command("BF.CARD", family.standby))
-    array.merge(read_bits(client, family.standby, layout))
+    if card:  # no item added yet: the standby's bits are all zero, and reading them is the one
+        array.merge(read_bits(client, family.standby, layout))  # long command (16 MiB chunks)
     client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(array.count))
     sent = upload_chunks(client, build, array.data, nonzero_chunks(array.data))
     script = client.register_script(CUTOVER_LUA)

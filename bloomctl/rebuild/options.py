@@ -32,7 +32,7 @@ class RebuildOptions:
     expansion: int | None = None
     nonscaling: bool = False
     backend: str = AUTO
-    batch_size: int | None = None  # items per add command; None: the backend's (5000 RedisBloom, 2000 bitmap)
+    batch_size: int | None = None  # items per add command; None: the backend's (5000 RedisBloom, 1000 bitmap)
     max_rate: float | None = None  # items per second, at most, on the server path
     window: int = DEFAULT_WINDOW
     verify_sample: int = DEFAULT_VERIFY_SAMPLE
