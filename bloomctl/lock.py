@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 
 from bloomctl.client import RedisClient
@@ -69,30 +70,38 @@ class FilterLock:
             }
         )
         self.lost = threading.Event()
+        self._valid_until = float("inf")  # not acquired yet: nothing to lose
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
+        asked = time.monotonic()
         if not self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
             holder = describe_holder(self.client.get(self.lock_key))
             ttl = self.client.pttl(self.lock_key)
             expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""
             raise LockHeld("%r is locked by %s%s", to_display(self.family.active), holder, expiry)
+        self._valid_until = asked + self.ttl_ms / 1000
         self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
         self._thread.start()
 
     def _renew(self) -> None:
         script = self.client.register_script(RENEW_LUA)
         while not self._stop.wait(self.ttl_ms / 3000):
+            asked = time.monotonic()  # the new expiry counts from before the request: never late
             try:
                 if not script(keys=[self.lock_key], args=[self.token, self.ttl_ms]):
                     self.lost.set()
                     return
+                self._valid_until = asked + self.ttl_ms / 1000
             except Exception:  # a transient error: try again before the lock expires
                 continue
 
     def check(self) -> None:
-        """Raise when the renewal thread found the lock lost (expired, maybe taken): the caller must stop."""
+        """Raise when the lock is lost: the renewal thread found it gone, or renewals kept failing
+        (an unreachable server) until its expiry passed. The caller must stop."""
+        if time.monotonic() >= self._valid_until:
+            self.lost.set()
         if self.lost.is_set():
             raise StateConflict("lost the lock on %r (it expired): nothing swapped", to_display(self.family.active))
 

@@ -53,6 +53,14 @@ def dump(target, key: str) -> bytes:
         parts.append(chunk)
 
 
+def companions(target, role: str) -> list[bytes]:
+    """Every ``{users}:<role>...`` key (a run's own build or probe key), on every node."""
+    client = target.client
+    if target.cluster:
+        return list(client.scan_iter(match=f"{{users}}:{role}*", target_nodes=client.ALL_NODES))
+    return list(client.scan_iter(match=f"{{users}}:{role}*"))
+
+
 def rebuild(target, key: str, path: str, *args: str):
     result = target.cli("rebuild", key, "--from-csv", path, "--swap", "--format", "json", *args)
     assert result.exit_code == 0, result.stderr
@@ -82,8 +90,7 @@ def test_auto_builds_in_the_client_and_the_log_says_so(target, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert "building in the client (the compatibility probe matched this server)" in result.stderr
     assert "built in the   client" in result.stdout
-    assert not target.client.exists(KeyFamily.of("users").companion("probe"))
-    assert not target.client.exists(KeyFamily.of("users").companion("build"))
+    assert companions(target, "probe") == [] and companions(target, "build") == []
 
 
 def test_a_probe_mismatch_falls_back_to_the_server_path(target, tmp_path, monkeypatch):
@@ -223,7 +230,7 @@ def spy_on_standby_reads(monkeypatch, write=None) -> list[bytes]:
     def upload(client, key, data, starts):
         sent = real_upload(client, key, data, starts)
         if write is not None:
-            write(key.replace(b":build", b":standby"))
+            write(key.split(b":build:")[0] + b":standby")
         return sent
 
     monkeypatch.setattr(redisbloom, "read_bits", read)
@@ -278,7 +285,7 @@ def test_dual_writes_that_never_stop_send_the_build_to_the_server(target, tmp_pa
     assert report["build"] == "server" and "during 8 merges" in report["build_note"]
     written = [f"busy:{i}" for i in range(next(counter))]
     assert len(written) == 9 and all(Filter(target.client, "users").mexists([*written, "user:0", "user:4999"]))
-    assert not target.client.exists(KeyFamily.of("users").companion("build"))
+    assert companions(target, "build") == []
 
 
 def test_without_numpy_auto_builds_on_the_server(target, tmp_path, monkeypatch):
@@ -358,3 +365,182 @@ def test_jobs_need_a_split_column_for_sql_and_a_file_not_stdin(target, tmp_path)
         "server",
     )
     assert server.exit_code == 2 and "leave out --jobs with --build server" in server.stderr
+
+
+def test_jobs_share_items_by_hash_even_where_the_csv_module_takes_over(target, tmp_path):
+    """A literal quote inside an unquoted field part-way sends the rest of the file to the csv
+    module, at a point that depends on pyarrow's read-ahead: every job still reads every item
+    exactly once (they share items by hash, not by batch number)."""
+    items = [f"user:{i}" for i in range(120_000)]
+    items[60_000] = 'ab"c'  # legal unquoted in the csv module's eyes, not in the fast path's
+    path = write_items(tmp_path / "items.csv", items)
+    args = ["-c", "300000", "-e", "1%", "--nonscaling", "--build", "client", "--backend", target.backend.name]
+    one = rebuild(target, "one", path, *args)
+    two = rebuild(target, "two", path, *args, "--jobs", "2")
+    assert two["items_read"] == one["items_read"] == 120_000
+    assert bits_of(target, "one") == bits_of(target, "two")
+    assert all(Filter(target.client, "two").mexists(items))
+
+
+def test_jobs_count_a_repeated_item_once(target, tmp_path):
+    """Each item twice, shuffled: a repeat goes to the job that has the first, so the count is
+    the distinct items' (a NONSCALING filter sized for them is not reported full)."""
+    items = [f"user:{i}" for i in range(50_000)] * 2
+    random.Random(3).shuffle(items)
+    path = write_items(tmp_path / "items.csv", items)
+    args = ["-c", "60000", "-e", "1%", "--nonscaling", "--build", "client", "--backend", target.backend.name]
+    one = rebuild(target, "one", path, *args)
+    two = rebuild(target, "two", path, *args, "--jobs", "2")
+    assert one["added"] < 50_000 and abs(two["added"] - one["added"]) <= 50, (one["added"], two["added"])
+    assert bits_of(target, "one") == bits_of(target, "two")
+
+
+def test_jobs_split_a_sql_source_by_a_fractional_column(target, sqlite_engine):
+    """2.5 % 2 is 0.5, which no job would match: the split column is cast to an integer first."""
+    import sqlalchemy
+
+    with sqlite_engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE users (k REAL, email TEXT)"))
+        conn.execute(
+            sqlalchemy.text("INSERT INTO users VALUES (:k, :email)"),
+            [{"k": i / 4, "email": f"u{i}"} for i in range(8000)],
+        )
+    url = sqlite_engine.url.render_as_string(hide_password=False)
+    args = ["--from-sql", "SELECT email, k FROM users", "--db-url", url, "-c", "20000", "-e", "1%", "--nonscaling"]
+    result = target.cli("rebuild", "f", *args, "--jobs", "2", "--split-column", "k", "--swap", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["items_read"] == 8000
+    assert all(Filter(target.client, "f").mexists([f"u{i}" for i in range(8000)]))
+
+
+def test_jobs_split_a_postgresql_numeric_column(target, pg_engine):
+    import sqlalchemy
+
+    table = f"bloomctl_split_{random.getrandbits(32):08x}"
+    with pg_engine.begin() as conn:
+        conn.execute(
+            sqlalchemy.text(
+                f"CREATE TABLE {table} AS SELECT g / 4.0 AS k, 'u' || g AS email FROM generate_series(1, 6000) g"
+            )
+        )
+    try:
+        url = pg_engine.url.render_as_string(hide_password=False)
+        args = [
+            "--from-sql",
+            f"SELECT email, k FROM {table}",
+            "--db-url",
+            url,
+            "-c",
+            "20000",
+            "-e",
+            "1%",
+            "--nonscaling",
+        ]
+        result = target.cli("rebuild", "f", *args, "--jobs", "3", "--split-column", "k", "--swap", "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout)["items_read"] == 6000
+        assert all(Filter(target.client, "f").mexists([f"u{g}" for g in range(1, 6001)]))
+    finally:
+        with pg_engine.begin() as conn:
+            conn.execute(sqlalchemy.text(f"DROP TABLE {table}"))
+
+
+def test_a_failed_upload_leaves_no_copy_of_the_filter(target, tmp_path, monkeypatch):
+    """The upload dies after the build's key was created (a dropped connection, an OOM, Ctrl-C):
+    the key goes with it, and it expires anyway should the process be killed outright."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: no copy is made")
+    import redis
+
+    from bloomctl.build import redisbloom
+
+    ttls: list[int] = []
+
+    def upload(client, key, data, starts):
+        ttls.append(target.client.pttl(key))
+        raise redis.exceptions.ConnectionError("simulated: the connection dropped")
+
+    monkeypatch.setattr(redisbloom, "upload_chunks", upload)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    result = target.cli(
+        "rebuild", "users", "--from-csv", path, "-c", "10000", "-e", "1%", "--build", "client", "--swap"
+    )
+    assert result.exit_code != 0 and "Traceback" not in result.stderr
+    assert 0 < ttls[0] <= redisbloom.BUILD_TTL_MS and companions(target, "build") == []
+    assert not target.client.exists("users")  # nothing swapped: there was no filter before
+
+
+def test_the_swapped_in_filter_keeps_no_expiry_of_the_upload(target, tmp_path):
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--build", "client")
+    assert report["build"] == "client" and target.client.pttl("users") == -1
+
+
+def test_no_room_for_the_uploads_copy_builds_on_the_server(target, tmp_path):
+    """The upload needs a second copy of the filter on the server until the cutover; where that
+    does not fit, auto builds on the server, so an evicting server drops nothing."""
+    if target.backend.name != "redisbloom" or target.cluster:
+        pytest.skip("RedisBloom's upload copy; one node's memory")
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(20_000)])
+    assert rebuild(target, "users", path, "-c", "1M", "-e", "1%", "--nonscaling")["build"] == "client"
+    client = target.client
+    used = client.info("memory")["used_memory"]
+    client.config_set("maxmemory", str(used + 1_800_000))  # the 1.2 MB standby fits, a second copy does not
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    evicted = client.info("stats")["evicted_keys"]
+    try:
+        report = rebuild(target, "users", path)
+        assert report["build"] == "server" and "no room" in report["build_note"], report
+        assert client.info("stats")["evicted_keys"] == evicted
+    finally:
+        client.config_set("maxmemory", "0")
+        client.config_set("maxmemory-policy", "noeviction")
+    assert all(Filter(client, "users").mexists(["user:0", "user:19999"]))
+
+
+@pytest.mark.parametrize("where", ["redisbloom", "bitmap"])
+def test_dual_writes_during_the_build_are_counted_on_both_backends(target, tmp_path, monkeypatch, where):
+    """Items the application wrote to the standby before the upload count with the build's own,
+    on RedisBloom as on the bitmap backend (which counts them in its header already)."""
+    if target.backend.name != where:
+        pytest.skip("one backend per case")
+    from bloomctl.build import bitmap, redisbloom
+
+    module = redisbloom if where == "redisbloom" else bitmap
+    real_finish = module.finish
+
+    def finish(client, family, layout, array, generation, check):
+        target.backend.madd(target.client, family.standby, [f"dual:{i}".encode() for i in range(50)])
+        return real_finish(client, family, layout, array, generation, check)
+
+    monkeypatch.setattr(module, "finish", finish)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
+    assert report["build"] == "client"
+    assert target.card("users") == report["added"] + 50
+    assert all(Filter(target.client, "users").mexists([f"dual:{i}" for i in range(50)]))
+
+
+def test_an_items_share_does_not_depend_on_the_batches_it_came_in():
+    """What --jobs relies on: whichever batches a process cut the source into (they move where
+    the csv module takes over from pyarrow), each item, and every repeat of it, falls to the
+    same process, and every item to exactly one."""
+    pa = pytest.importorskip("pyarrow")
+    from bloomctl.build.parallel import take_share
+
+    rng = random.Random(11)
+    items = [f"item:{rng.randrange(10**6)}".encode() for _ in range(20_000)]
+    owners: dict[bytes, set[int]] = {}
+    for cut in (1000, 4096, 7):  # three different batchings, as lists and as Arrow arrays
+        taken: list[bytes] = []
+        for index in range(3):
+            for start in range(0, len(items), cut):
+                batch = items[start : start + cut]
+                mine = take_share(pa.array(batch, pa.binary()) if cut != 7 else batch, index, 3)
+                mine = mine.to_pylist() if cut != 7 else mine
+                taken += mine
+                for item in mine:
+                    owners.setdefault(item, set()).add(index)
+        assert sorted(taken) == sorted(items)
+    assert all(len(indexes) == 1 for indexes in owners.values())
+    assert {index for indexes in owners.values() for index in indexes} == {0, 1, 2}

@@ -223,6 +223,21 @@ def test_two_rebuilds_at_once_exactly_one_wins(target, tmp_path):
     assert sorted(type(r).__name__ for r in results) == ["LockHeld", "RebuildReport"]
 
 
+def test_a_holder_whose_renewals_fail_knows_its_lock_expired(target):
+    """Renewals that keep failing (an unreachable server) never say "lost"; the holder's own clock
+    does: once the expiry has passed, check() stops the work before it writes again."""
+    from bloomctl.errors import StateConflict
+
+    lock = FilterLock(target.client, "users", ttl_ms=300)
+    lock.acquire()
+    lock._stop.set()  # no renewal succeeds from now on
+    lock.check()  # still within its expiry
+    time.sleep(0.35)
+    with pytest.raises(StateConflict, match="lost the lock"):
+        lock.check()
+    lock.release()
+
+
 def test_a_dead_holders_lock_expires(target, tmp_path):
     lock = FilterLock(target.client, "users", ttl_ms=300)
     lock.acquire()

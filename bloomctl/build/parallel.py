@@ -1,13 +1,14 @@
 """A client build in several processes: each builds the bits of its part of the source, and the
 parts are ORed (filters with the same layout merge by OR: a bit is set when any part set it).
 
-Parts: every N-th batch of a CSV file (each process parses the whole file, cheap next to
-hashing), every N-th row group of Parquet files, or the rows of a SQL query whose integer
-``split_column`` is i modulo N. The bits are exactly those of a build in one process. The item
-count is the sum of the parts' counts: each part counts as the server would within its part, so
-an item repeated in two parts, or a false positive across parts, is counted once per part.
-Each part also draws its share of the verification sample (random keys: the merged sample is
-uniform over the whole source).
+Parts: for CSV and Parquet every process reads the whole source (parsing is cheap next to
+setting bits) and takes the items whose hash falls to it (``take_share``): an item and all its
+repeats go to the same process, whatever the batch boundaries, and every item to exactly one.
+For SQL, the rows whose ``split_column`` (cast to an integer) is i modulo N. The bits are exactly
+those of a build in one process. The item count is the sum of the parts' counts: each part
+counts as the server would within its part, so a false positive across parts (and, for SQL, an
+item repeated in rows of two parts) counts once per part. Each part also draws its share of the
+verification sample (random keys: the merged sample is uniform over the whole source).
 """
 
 from __future__ import annotations
@@ -17,7 +18,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bloomctl.sources.base import Source, SourceStats, merge_stats, prefetched
+from bloomctl.errors import SourceError
+from bloomctl.sources.base import Batch, Source, SourceStats, is_arrow, merge_stats, prefetched
+
+SHARE_SEED = 0x9E3779B97F4A7C15  # not RedisBloom's seed: which process takes an item
+
+
+def take_share(items: Batch, index: int, parts: int) -> Batch:
+    """The items of a batch that fall to process ``index`` of ``parts``, by a hash of the item."""
+    import numpy as np
+
+    from bloomctl.build.items import buffers
+    from bloomctl.build.murmur import Blocks
+
+    if len(items) == 0:
+        return items
+    data, offsets = buffers(items)
+    mine = Blocks(data, offsets).hash(SHARE_SEED) % np.uint64(parts) == np.uint64(index)
+    if is_arrow(items):
+        import pyarrow as pa
+
+        return items.filter(pa.array(mine))
+    return [item for item, keep in zip(items, mine.tolist(), strict=True) if keep]
 
 
 @dataclass
@@ -31,6 +53,7 @@ class Part:
 
 def build_part(
     source: Source,
+    share: tuple[int, int] | None,
     backend: str,
     layouts: Sequence[Any],
     names: Sequence[str],
@@ -38,7 +61,8 @@ def build_part(
     sample_size: int,
     seed: int | None,
 ) -> Part:
-    """One process's work: its part of the source into fresh bit arrays."""
+    """One process's work: its part of the source (with ``share``, the items of the whole source
+    that ``take_share`` gives it) into fresh bit arrays."""
     from bloomctl.build import tune_allocator
     from bloomctl.build.client import Build
     from bloomctl.sampling import KeyedReservoir
@@ -46,16 +70,19 @@ def build_part(
     tune_allocator()
     build = Build(backend, layouts, names)
     sample = KeyedReservoir(sample_size, seed)
-    for items, prepared in prefetched((items, build.prepare(items)) for items in source.fast_batches(batch)):
+    batches = source.fast_batches(batch)
+    if share is not None:
+        batches = (take_share(items, *share) for items in batches)
+    kept = 0
+    for items, prepared in prefetched((items, build.prepare(items)) for items in batches):
         sample.feed(items)
         build.apply(prepared)
-    chosen = sample.items
+        kept += len(items)
+    stats = source.stats
+    stats.items = kept
+    chosen = sample.items  # cuts the pool to the sample: the keys read next are the chosen items'
     return Part(
-        [array.data for array in build.arrays],
-        [array.count for array in build.arrays],
-        source.stats,
-        sample.keys,
-        chosen,
+        [array.data for array in build.arrays], [array.count for array in build.arrays], stats, sample.keys, chosen
     )
 
 
@@ -79,7 +106,16 @@ def build_parts(
         pending = [
             pool.apply_async(
                 build_part,
-                (part, backend, layouts, names, batch, sample_size, None if seed is None else seed + index),
+                (
+                    part,
+                    (index, jobs) if source.shared_parse else None,
+                    backend,
+                    layouts,
+                    names,
+                    batch,
+                    sample_size,
+                    None if seed is None else seed + index,
+                ),
             )
             for index, part in enumerate(parts)
         ]
@@ -88,4 +124,8 @@ def build_parts(
         except BaseException:
             pool.terminate()  # one part failed (or Ctrl-C): the others stop at once
             raise
+    if source.shared_parse:
+        seen = {(r.stats.rows, r.stats.blank, r.stats.bad_rows) for r in results}
+        if len(seen) > 1:  # every process read the whole source: it changed while they read it
+            raise SourceError("the %s jobs read different rows of the source (did it change during the build?)", jobs)
     return results, merge_stats([result.stats for result in results], source.shared_parse)

@@ -11,6 +11,7 @@ rebuild takes the server path.
 from __future__ import annotations
 
 import random
+import secrets
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from bloomctl.keys import KeyFamily
 from bloomctl.planner import plan as make_plan
 
 PROBE_CAPACITY = 2000
+PROBE_TTL_MS = 600_000
 
 
 def probe_items() -> list[bytes]:
@@ -37,11 +39,11 @@ def check(
     client: RedisClient, backend: Backend, family: KeyFamily, error_rate: float, expansion: int | None
 ) -> str | None:
     """None when the client builds exactly what this server builds; else what differs."""
-    key = family.companion("probe")
+    key = family.companion(f"probe:{secrets.token_hex(8)}")  # this run's own, expiring: a killed run leaves nothing
     items = probe_items()
-    client.unlink(key)
     try:
         backend.reserve(client, key, backend.check_plan(make_plan(PROBE_CAPACITY, error_rate, expansion)))
+        client.pexpire(key, PROBE_TTL_MS)  # type: ignore[attr-defined]
         for start in range(0, len(items), 500):
             backend.madd(client, key, items[start : start + 500])
         return _compare(client, backend.name, key, items)

@@ -6,12 +6,13 @@ RedisBloom's: MurmurHash64A twice (``bloom_calc_hash64``), bit ``(a + i*b) mod b
 significant bit first (``bloom.c``); one link, sized by the plan.
 
 Cutover into the standby, with dual writes in mind: the application may be adding items to the
-standby (``BF.INSERT ... NOCREATE``) all along. The built bits go to a companion key (``build``)
-created from the standby's own header with this build's count; the standby's bits are read and
-ORed in; then one script renames the companion onto the standby only if BF.CARD of the standby
-has not changed since it was read (an unchanged count means unchanged bits: every add that sets
-a bit counts). When dual writes keep changing it, the reading is repeated a few times and then
-the build gives up (``MergeBusy``): the caller finishes on the server path, which loses nothing.
+standby (``BF.INSERT ... NOCREATE``) all along. The built bits go to a companion key of this run
+(``build:<generation>``) created from the standby's own header; the standby's bits are read and
+ORed in (unless its count is 0: no bits); then one script renames the companion onto the standby
+only if BF.CARD of the standby has not changed since it was read (an unchanged count means
+unchanged bits: every add that sets a bit counts). When dual writes keep changing it, the
+reading is repeated a few times and then the build gives up (``MergeBusy``): the caller finishes
+on the server path, which loses nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ LINK = struct.Struct("<QQQddIQB")  # bytes, bits, items, error, bpe, hashes, cap
 OPT_NOROUND, OPT_FORCE64, OPT_NO_SCALING = 1, 4, 8
 UPLOAD_CHUNK = 4 << 20  # bytes per BF.LOADCHUNK: ~1 ms on the server (16 MiB: up to 4.5 ms)
 MERGE_ROUNDS = 8
+BUILD_TTL_MS = 3_600_000  # the build's own key expires: a killed run leaves no full-size copy behind
 
 # KEYS: standby, build companion, standby metadata. ARGV: the standby's BF.CARD when it was read,
 # this rebuild's generation. The build replaces the standby only if neither changed since.
@@ -45,6 +47,7 @@ end
 if tostring(redis.call('BF.CARD', KEYS[1])) ~= ARGV[1] then return 0 end
 redis.call('UNLINK', KEYS[1])
 redis.call('RENAME', KEYS[2], KEYS[1])
+redis.call('PERSIST', KEYS[1])
 return 1
 """
 
@@ -143,37 +146,49 @@ def nonzero_chunks(data: np.ndarray[Any, Any]) -> list[int]:
     return [start for start in range(0, len(data), UPLOAD_CHUNK) if data[start : start + UPLOAD_CHUNK].any()]
 
 
-def changed_chunks(before: np.ndarray[Any, Any], after: np.ndarray[Any, Any]) -> list[int]:
-    return [
-        start
-        for start in range(0, len(after), UPLOAD_CHUNK)
-        if not np.array_equal(before[start : start + UPLOAD_CHUNK], after[start : start + UPLOAD_CHUNK])
-    ]
+def merge_read(array: BitArray, read: np.ndarray[Any, Any]) -> list[int]:
+    """OR bits read back from the standby into ``array``; returns the starts of the upload chunks
+    that gained a bit (without a second copy of the array)."""
+    changed = []
+    for start in range(0, len(read), UPLOAD_CHUNK):
+        ours, theirs = array.data[start : start + UPLOAD_CHUNK], read[start : start + UPLOAD_CHUNK]
+        if np.any(theirs & ~ours):
+            np.bitwise_or(ours, theirs, out=ours)
+            changed.append(start)
+    return changed
 
 
 def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArray, generation: str, check: Any) -> int:
     """Put the built bits into the standby (``family.standby``), merging what dual writes put there.
-    ``check`` raises when the run lost its lock. Returns the bytes uploaded."""
-    build = family.companion("build")
-    client.unlink(build)
-    card = int(client.execute_command("BF.CARD", family.standby))
-    if card:  # no item added yet: the standby's bits are all zero, and reading them is the one
-        array.merge(read_bits(client, family.standby, layout))  # long command (16 MiB chunks)
-    client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(array.count))
-    sent = upload_chunks(client, build, array.data, nonzero_chunks(array.data))
-    script = client.register_script(CUTOVER_LUA)
+    ``check`` raises when the run lost its lock. Returns the bytes uploaded.
+
+    The build's own key (``build:<generation>``, expiring, so no other run can touch it and a
+    killed run leaves nothing for long) is filled first; then each attempt reads the standby's
+    count, reads its bits only if the count moved since the last merge (a count of 0: no bits),
+    uploads the chunks that gained bits, and cuts over if the count still has not moved. The
+    header counts this build's items plus the standby's own when the upload began (dual writes,
+    as the bitmap backend counts them)."""
+    build = family.companion(f"build:{generation}")
     try:
+        card = int(client.execute_command("BF.CARD", family.standby))
+        client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(array.count + card))
+        client.pexpire(build, BUILD_TTL_MS)  # type: ignore[attr-defined]
+        sent = upload_chunks(client, build, array.data, nonzero_chunks(array.data))
+        script = client.register_script(CUTOVER_LUA)
+        merged = 0  # the standby's count when its bits were last merged (0: nothing to merge)
         for _round in range(MERGE_ROUNDS):
             check()
-            done = int(script(keys=[family.standby, build, family.standby_meta], args=[card, generation]))
+            seen = int(client.execute_command("BF.CARD", family.standby))  # before the read: see above
+            if seen != merged:
+                sent += upload_chunks(
+                    client, build, array.data, merge_read(array, read_bits(client, family.standby, layout))
+                )
+                merged = seen
+            done = int(script(keys=[family.standby, build, family.standby_meta], args=[seen, generation]))
             if done == 1:
                 return sent
             if done < 0:
                 raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
-            card = int(client.execute_command("BF.CARD", family.standby))  # before the read: see above
-            before = array.data.copy()
-            array.merge(read_bits(client, family.standby, layout))
-            sent += upload_chunks(client, build, array.data, changed_chunks(before, array.data))
         raise MergeBusy(f"dual writes changed {to_display(family.standby)!r} during {MERGE_ROUNDS} merges")
     finally:
-        client.unlink(build)
+        client.unlink(build)  # gone already after a cutover; else what a failed upload left

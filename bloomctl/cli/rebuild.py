@@ -220,13 +220,15 @@ def build_options(f: Any) -> Any:
             type=click.IntRange(1, MAX_JOBS),
             default=1,
             show_default=True,
-            help="Processes for a client build, each on its part of the source (every N-th batch of a CSV "
-            "file, N-th Parquet row group, or the SQL rows of --split-column); their bits are ORed.",
+            help="Processes for a client build, each on its share of the items (CSV and Parquet: each "
+            "reads the whole source and keeps the items a hash gives it; SQL: the rows of --split-column); "
+            "their bits are ORed.",
         ),
         click.option(
             "--split-column",
             metavar="COLUMN",
-            help="SQL with --jobs: an integer column; job i reads the rows where it is i modulo --jobs.",
+            help="SQL with --jobs: a numeric column; job i reads the rows where it, cast to an integer, "
+            "is i modulo --jobs.",
         ),
         click.option(
             "--client-memory",

@@ -69,12 +69,31 @@ def _unsuitable(
         return (
             f"the build needs {needed:,} bytes of memory, more than the client memory limit {options.client_memory:,}"
         )
+    if backend.name == "redisbloom" and not options.force:
+        room = _server_room(client, targets, [layout.nbytes for layout in layouts])
+        if room is not None:
+            return room
     plan: Plan = targets.plan
     if plan.scaling and not source.rewindable:
         return "a scaling filter fed from a source read once could outgrow one sub-filter"
     mismatch = probe.check(client, backend, targets.families[0], plan.error_rate, plan.expansion)
     if mismatch is not None:
         return f"the compatibility probe found this server's filter different ({mismatch})"
+    return None
+
+
+def _server_room(client: RedisClient, targets: Targets, sizes: list[int]) -> str | None:
+    """The upload holds a second copy of each filter on its node until the cutover (and would
+    make an evicting server drop other keys, the active filter among them): is there room?"""
+    from bloomctl.errors import StateConflict
+    from bloomctl.memory import check_memory
+
+    try:
+        check_memory(
+            client, [(family.companion("build"), size) for family, size in zip(targets.families, sizes, strict=True)]
+        )
+    except StateConflict:
+        return f"the server has no room for the upload's second copy of the filter ({sum(sizes):,} bytes)"
     return None
 
 

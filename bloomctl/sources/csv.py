@@ -167,36 +167,24 @@ class CsvSource:
         for batch in self.fast_batches(size):
             yield item_list(batch)
 
-    shared_parse = True  # every part reads the whole file (rows, blanks and bad rows: each part's)
+    shared_parse = True  # every part reads the whole file and keeps its items by hash
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> CsvSource:
-        """This file's share ``index`` of ``parts``: every ``parts``-th batch. Each part still
-        parses the whole file (a quoted newline makes any other cut unsafe); pyarrow parses far
-        faster than a batch is hashed, so the hashing is what the parts share out."""
+        """A fresh reader of the whole file for process ``index`` of ``parts``, which keeps the
+        items a hash gives it (``bloomctl.build.parallel.take_share``): any cut by bytes or batches
+        is unsafe (a quoted newline; batch boundaries move where the csv module takes over)."""
         if split_column is not None:
-            raise UsageError("`split_column` splits SQL sources; a CSV file is shared out by batches")
+            raise UsageError("`split_column` splits SQL sources; a CSV file is shared out by item")
         if not self.rewindable:
             raise UsageError("`jobs` reads the file once in every job: give a file, not stdin")
         copy = CsvSource.__new__(CsvSource)
         copy.__dict__.update(self.__dict__)
         copy.stats = SourceStats()
-        copy.share = (index, parts)
         return copy
-
-    share: tuple[int, int] | None = None
 
     def fast_batches(self, size: int) -> Iterator[Batch]:
         """``batches``, but Arrow arrays where pyarrow read them (no Python object per item)."""
-        batches = self._all_batches(size)
-        if self.share is None:
-            yield from batches
-            return
-        index, parts = self.share
-        for number, batch in enumerate(batches):
-            if number % parts == index:
-                yield batch
-            else:
-                self.stats.items -= len(batch)
+        return self._all_batches(size)
 
     def _all_batches(self, size: int) -> Iterator[Batch]:
         self.stats = SourceStats()

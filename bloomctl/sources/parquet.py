@@ -34,7 +34,6 @@ class ParquetSource:
         self.path = path
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()
-        self.share: tuple[int, int] | None = None  # (this part, parts): the files' row groups shared out
 
     @property
     def description(self) -> str:
@@ -70,15 +69,15 @@ class ParquetSource:
                 )
         return fmt
 
-    shared_parse = False
+    shared_parse = True  # every part reads every row group and keeps its items by hash
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> ParquetSource:
-        """Every ``parts``-th row group of the files, from ``index``."""
+        """A fresh reader of all the files for process ``index`` of ``parts``, which keeps the items
+        a hash gives it (``bloomctl.build.parallel.take_share``): an item repeated in two row
+        groups goes to one process, and is counted once."""
         if split_column is not None:
-            raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by row groups")
-        copy = ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
-        copy.share = (index, parts)
-        return copy
+            raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by item")
+        return ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
 
     def preflight(self) -> None:
         self._formatter(self._dataset().schema)
@@ -111,9 +110,6 @@ class ParquetSource:
     def _scan(self, dataset: Any, names: list[str], size: int) -> Iterator[Any]:
         fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
         groups = [group for fragment in fragments for group in fragment.split_by_row_group()]
-        if self.share is not None:
-            index, parts = self.share
-            groups = groups[index::parts]
         for group in groups:
             yield from group.to_batches(columns=names, batch_size=size)
 

@@ -143,12 +143,17 @@ class SqlSource:
     shared_parse = False
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> SqlSource:
-        """The rows whose integer ``split_column`` is ``index`` modulo ``parts`` (rows where it is
-        NULL go to part 0): each part runs its own query on the database."""
+        """The rows whose ``split_column``, cast to an integer, is ``index`` modulo ``parts`` (rows
+        where it is NULL go to part 0): each part runs its own query on the database. The cast
+        gives every number one part (2.5 % 2 is 0.5, which no part would match); a column that
+        cannot be cast (text) fails in the database, with its message."""
         if split_column is None:
             raise UsageError("`jobs` with a SQL source needs `split_column`, an integer column to split the rows by")
         column = self.check_column_name(split_column)
-        condition = f"ABS({column} % {parts}) = {index}" + (f" OR {column} IS NULL" if index == 0 else "")
+        scheme = self.url.split("+")[0].split(":")[0]
+        integer = {"mysql": "SIGNED", "mariadb": "SIGNED", "sqlite": "INTEGER"}.get(scheme, "BIGINT")
+        whole = f"CAST({column} AS {integer})"
+        condition = f"ABS({whole} % {parts}) = {index}" + (f" OR {column} IS NULL" if index == 0 else "")
         narrowed = SqlSource(
             self.url,
             f"SELECT * FROM ({self.query}) AS bloomctl_part WHERE {condition}",
