@@ -37,7 +37,20 @@ CASES = {
     "nul byte": "id,name,email\n" + GOOD + "9,a\x00b,x\n" + GOOD,
     "no trailing newline": "id,name,email\n" + GOOD + "9,last,x",
     "unicode": "id,name,email\n" + "".join(f"{i},名前{i},ü{i}\n" for i in range(300)),
+    # a whole block of blank items, then the csv module takes over: blanks counted once
+    "blank block then a switch": "id,name,email\n" + "".join(f"{i},,e\n" for i in range(2000)) + '9,"ab"c,x\n' + GOOD,
 }
+
+
+def utf8_cut_by_a_read() -> bytes:
+    """A lone UTF-8 lead byte as the last byte of a 4096-byte read, only ASCII after it."""
+    head = b"id,name,email\n" + b"".join(b"%d,n%d,e\n" % (i, i) for i in range(200))
+    head += b"9," + b"x" * (4095 - len(head) - 2)
+    assert len(head) == 4095
+    return head + b"\xc3a,e\n" + b"".join(b"%d,n%d,e\n" % (i, i) for i in range(5000))
+
+
+CASES["utf-8 cut by a read"] = utf8_cut_by_a_read()
 
 
 def read_all(source: CsvSource, size: int = 97) -> tuple[list[bytes], tuple[int, int, int, list[str]], str | None]:
@@ -102,3 +115,26 @@ def test_a_bad_row_after_the_switch_has_its_exact_line(tmp_path):
     _items, stats, error = read_all(CsvSource(str(path), column="name"))
     assert error is not None and error.startswith(f"{path}:{1 + 400 + 2 + 400 + 1}: malformed CSV")
     assert stats[0] == 802  # rows: 400 + 1 (two lines) + 400 + the malformed one
+
+
+def test_long_fields_and_encodings_agree_on_both_paths(tmp_path, monkeypatch):
+    """A 200 KB field (over the csv module's default limit of 128 KiB), --encoding ascii with a
+    byte over 127, and utf-8-sig (accepted: its signature is dropped): both readers agree."""
+    from bloomctl.sources import arrow_csv
+
+    monkeypatch.setattr(arrow_csv, "BLOCK_BYTES", 1 << 20)
+    long_field = "id,name\n1," + "y" * 200_000 + "\n2,b\n"
+    cases = [
+        (long_field, {"column": "name"}, ["y" * 200_000, "b"]),
+        ("id,name\n1,né\n2,b\n", {"column": "name", "encoding": "ascii", "skip_bad_rows": 1}, ["b"]),
+        ("\ufeffid,name\n1,a\n2,ü\n", {"column": "name", "encoding": "utf-8-sig"}, ["a", "ü"]),
+    ]
+    for text, options, expected in cases:
+        path = tmp_path / "t.csv"
+        path.write_bytes(text.encode())
+        fast = read_all(CsvSource(str(path), **options))
+        with monkeypatch.context() as patch:
+            patch.setattr(CsvSource, "_arrow_possible", lambda self: False)
+            exact = read_all(CsvSource(str(path), **options))
+        assert fast == exact, options
+        assert fast[0] == [item.encode() for item in expected], options

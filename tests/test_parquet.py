@@ -93,3 +93,30 @@ def test_rebuild_from_parquet(target, tmp_path):
     assert (report["items_read"], report["blank"], report["swapped"]) == (4500, 500, True)
     assert report["plan"]["capacity"] == 10_000  # capacity auto: 5000 rows counted x headroom 2
     assert all(Filter(target.client, "users").mexists([f"user{i}@x" for i in range(1, 5000, 7) if i % 10]))
+
+
+def test_other_files_beside_the_parquet_files_are_left_alone(tmp_path):
+    folder = tmp_path / "export"
+    (folder / "part").mkdir(parents=True)
+    write_table(folder / "a.parquet", k=pa.array(["a1"]))
+    write_table(folder / "part" / "b.parquet", k=pa.array(["b1"]))
+    (folder / "README.txt").write_text("exported nightly")
+    (folder / "_SUCCESS").write_text("")
+    source = open_source(parquet_path=str(folder), column="k")
+    assert read(source) == [b"a1", b"b1"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("x")
+    with pytest.raises(SourceError, match=r"no \*\.parquet file"):
+        open_source(parquet_path=str(empty), column="k").preflight()
+
+
+def test_dictionary_encoded_text_reads_as_its_values(tmp_path):
+    """pandas categoricals arrive as dictionary columns: judged and read by their values."""
+    path = write_table(
+        tmp_path / "cat.parquet",
+        city=pa.array(["oslo", "rome", "oslo", None, ""]).dictionary_encode(),
+        code=pa.array([7, 8, 7, 9, 7], pa.int32()).dictionary_encode(),
+    )
+    assert read(open_source(parquet_path=path, column="city")) == [b"oslo", b"rome", b"oslo"]
+    assert read(open_source(parquet_path=path, column="code")) == [b"7", b"8", b"7", b"9", b"7"]

@@ -64,18 +64,24 @@ def exact(fmt: ItemFormatter, kinds: list[str]) -> bool:
 def batches(connection: Any, query: str, names: list[str], fmt: ItemFormatter, stats: SourceStats) -> Iterator[Any]:
     """Binary arrays of items, one per Arrow batch the driver delivers."""
     wanted = fmt.indexes or [fmt.index]
-    select = ", ".join('"' + names[i].replace('"', '""') + '"' for i in sorted(set(wanted)))
+    select = ", ".join(f"c{i}" for i in sorted(set(wanted)))
     with connection.cursor() as cursor:
         cursor.adbc_statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)})
-        cursor.execute(f"SELECT {select} FROM ({query}) AS bloomctl_src")
+        cursor.execute(f"SELECT {select} FROM ({query}) AS {positional(len(names))}")
         for batch in cursor.fetch_record_batch():
-            columns = [_render(batch.column(names[i])) for i in wanted]
+            columns = [_render(batch.column(f"c{i}")) for i in wanted]
             items, blank = items_of(columns, fmt)
             stats.rows += batch.num_rows
             stats.blank += blank
             stats.items += len(items)
             if len(items):
                 yield items
+
+
+def positional(width: int) -> str:
+    """The query's columns renamed by position (c0, c1, ...): two columns of one name (``?column?``
+    of two expressions, a join's two ``id``) cannot be told apart by name."""
+    return "bloomctl_src(" + ", ".join(f"c{i}" for i in range(width)) + ")"
 
 
 def _render(column: Any) -> Any:

@@ -65,7 +65,7 @@ class StrictStream(io.RawIOBase):
         try:
             if not chunk:
                 self.decoder.decode(b"", final=True)
-            elif not chunk.isascii():
+            elif not chunk.isascii() or self.decoder.getstate()[0]:  # (a sequence cut by the last read)
                 self.decoder.decode(chunk)
         except UnicodeDecodeError:
             raise Unsure("not valid UTF-8") from None
@@ -122,7 +122,7 @@ def read(
     fmt: ItemFormatter,
     stats: SourceStats,
 ) -> Iterator[Any]:
-    """Binary arrays of items, one per pyarrow batch; ``stats.rows`` counts every row delivered
+    """Binary arrays of items, one per pyarrow batch (possibly empty); ``stats.rows`` counts every row delivered
     (the caller resumes after that many rows). Raises ``Unsure`` where the csv module must take over."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -158,7 +158,6 @@ def read(
             items, blank = items_of(columns, fmt)
             stats.rows += batch.num_rows
             stats.blank += blank
-            if len(items):
-                yield items
+            yield items  # an empty one too: the caller's count of delivered rows moves on
     except (pa.ArrowException, Unsure) as exc:
         raise Unsure(str(exc)) from None

@@ -252,6 +252,9 @@ def merge_stats(parts: list[SourceStats], shared_parse: bool) -> SourceStats:
     return merged
 
 
+STOP_WAIT = 10.0  # seconds a stopped reader gets to finish the read it is in (a slow query's fetch)
+
+
 def prefetched(batches: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:
     """``batches`` read ahead by a thread of their own, up to ``depth`` batches: parsing (pyarrow,
     a database driver) overlaps with hashing the previous batch (numpy), which both run outside
@@ -295,6 +298,8 @@ def prefetched(batches: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:
             yield value
     finally:
         stop.set()
+        if reader is not threading.current_thread():
+            reader.join(STOP_WAIT)  # a stopped pass is over before another begins (sources reuse .stats)
 
 
 class _Failed:

@@ -27,6 +27,7 @@ from bloomctl.sources.base import BadRows, Batch, ItemFormatter, SourceStats, it
 BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20
 BYTES_AS_IS = {"utf-8", "ascii", "utf-8-sig"}  # codecs whose bytes already are the UTF-8 item
+UTF8 = {"utf-8", "utf-8-sig"}  # what StrictStream checks, so what pyarrow may read
 
 
 @lru_cache(maxsize=64)
@@ -87,7 +88,8 @@ class CsvSource:
         except LookupError:
             raise UsageError("unknown `encoding` %r", encoding) from None
         try:
-            ascii_compatible = "\n,;\t|".encode(encoding) == b"\n,;\t|"
+            probe = "utf-8" if self.codec == "utf-8-sig" else encoding  # the signature is not a character
+            ascii_compatible = "\n,;\t|".encode(probe) == b"\n,;\t|"
         except LookupError:  # a codec that is not a text encoding (rot13, base64, ...)
             ascii_compatible = False
         if not ascii_compatible or self.codec.startswith(("utf-16", "utf-32")):
@@ -190,18 +192,18 @@ class CsvSource:
         self.stats = SourceStats()
         bad = BadRows(self.stats, self.skip_bad_rows, self.name)
         try:
-            delivered = 0
+            delivered, blank = 0, 0
             if self._arrow_possible():
                 try:
-                    for items in self._arrow_items():
-                        delivered = self.stats.rows
+                    for items in self._arrow_items():  # every batch, an all-blank one too
+                        delivered, blank = self.stats.rows, self.stats.blank
                         for start in range(0, len(items), size):
                             piece = items.slice(start, size)
                             self.stats.items += len(piece)
                             yield piece
                     return
                 except Unsure:  # the csv module reads the rest, from the first row not delivered
-                    self.stats.rows = delivered
+                    self.stats.rows, self.stats.blank = delivered, blank
             yield from self._exact(bad, size, skip_rows=delivered)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError("cannot read %s: %s", self.name, exc) from None
@@ -220,8 +222,8 @@ class CsvSource:
     def _arrow_possible(self) -> bool:
         """pyarrow reads files in UTF-8 (or ASCII) with a one-byte delimiter; stdin keeps the csv
         reader, since a switch to it part-way would need to read the start again."""
-        if not self.rewindable or self.codec not in BYTES_AS_IS or len(self.delimiter.encode()) != 1:
-            return False
+        if not self.rewindable or self.codec not in UTF8 or len(self.delimiter.encode()) != 1:
+            return False  # (ASCII too: pyarrow would not refuse a byte over 127)
         return importlib.util.find_spec("pyarrow") is not None and importlib.util.find_spec("numpy") is not None
 
     def _arrow_items(self) -> Iterator[Any]:
@@ -390,6 +392,8 @@ class CsvSource:
                     state["placeholder"] = False
                     yield text
 
+        if csv.field_size_limit() < MAX_LINE_BYTES:  # 128 KiB by default: the fast paths have no such limit
+            csv.field_size_limit(MAX_LINE_BYTES)
         reader = csv.reader(decoded(), delimiter=self.delimiter, strict=True)
         items: list[bytes] = []
         while True:

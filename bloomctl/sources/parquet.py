@@ -44,8 +44,24 @@ class ParquetSource:
 
         if not os.path.exists(self.path):
             raise SourceError("cannot read %s: no such file or directory", self.path)
+        files: Any = self.path
+        if os.path.isdir(self.path):  # the *.parquet files only (a README or _SUCCESS beside them is fine)
+            files = sorted(
+                os.path.join(root, name)
+                for root, dirs, names in os.walk(self.path)
+                for name in names
+                if name.endswith(".parquet")
+                and not name.startswith((".", "_"))
+                and not any(
+                    part.startswith((".", "_"))
+                    for part in os.path.relpath(root, self.path).split(os.sep)
+                    if part != "."
+                )
+            )
+            if not files:
+                raise SourceError("cannot read %s: no *.parquet file in this directory", self.path)
         try:
-            return ds.dataset(self.path, format="parquet")
+            return ds.dataset(files, format="parquet")
         except Exception as exc:  # pyarrow's ArrowInvalid and OSError: not Parquet, unreadable
             raise SourceError("cannot read %s: %s", self.path, str(exc).splitlines()[0]) from None
 
@@ -55,6 +71,12 @@ class ParquetSource:
         fmt = ItemFormatter(list(schema.names), self.column, self.template, self.prefix)
         for index in fmt.indexes or [fmt.index]:
             kind = schema.field(index).type
+            if pa.types.is_dictionary(kind):  # pandas categoricals: judged by their values
+                kind = kind.value_type
+            if getattr(pa.types, "is_string_view", lambda _: False)(kind) or getattr(
+                pa.types, "is_binary_view", lambda _: False
+            )(kind):
+                continue
             if not (
                 pa.types.is_string(kind)
                 or pa.types.is_large_string(kind)
@@ -122,6 +144,8 @@ def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:
 def _as_binary(column: Any) -> Any:
     import pyarrow as pa
 
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
     if pa.types.is_integer(column.type):
         column = column.cast(pa.string())  # decimal digits, as str() of the number
     return column.cast(pa.binary())  # one batch holds far less than the 2 GiB of 32-bit offsets

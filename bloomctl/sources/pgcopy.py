@@ -33,9 +33,9 @@ def available(engine: Any, params: dict[str, Any], template: str | None) -> bool
     return bool(engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg")
 
 
-def copy_column(engine: Any, query: str, column: str | None, prefix: str | None) -> tuple[str, bytes] | None:
-    """The item column's name and the prefix, when COPY's text gives exactly the bytes the cursor
-    path gives; None otherwise."""
+def copy_column(engine: Any, query: str, column: str | None, prefix: str | None) -> tuple[int, int, bytes] | None:
+    """The item column's position, the query's width and the prefix, when COPY's text gives exactly
+    the bytes the cursor path gives; None otherwise."""
     from sqlalchemy import text
 
     with engine.connect() as conn:
@@ -45,11 +45,11 @@ def copy_column(engine: Any, query: str, column: str | None, prefix: str | None)
     fmt = ItemFormatter(names, column, None, prefix)
     if types[fmt.index] not in COPY_SAFE_TYPES:
         return None
-    return names[fmt.index], fmt.prefix
+    return fmt.index, len(names), fmt.prefix
 
 
 def copy_batches(
-    engine: Any, query: str, size: int, column_name: str, prefix: bytes, stats: SourceStats
+    engine: Any, query: str, size: int, index: int, width: int, prefix: bytes, stats: SourceStats
 ) -> Iterator[list[bytes]]:
     """Items from COPY's text rows: one libpq call per row. The text format has one row per line,
     and a newline inside a value arrives as the escape ``\\n``, so raw newlines always separate rows.
@@ -58,8 +58,9 @@ def copy_batches(
     from psycopg import pq
 
     # Only the item's column travels: no splitting here, and fewer bytes from the server.
-    column = '"' + column_name.replace('"', '""') + '"'
-    select = f"SELECT {column} FROM ({query}) AS bloomctl_src"
+    from bloomctl.sources.adbc import positional
+
+    select = f"SELECT c{index} FROM ({query}) AS {positional(width)}"  # by position: names may repeat
     conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     # UTF8 whatever the URL or PGCLIENTENCODING say: items are stored as UTF-8, as on the cursor path
     with psycopg.connect(conninfo, autocommit=True, client_encoding="UTF8") as raw:
@@ -98,7 +99,8 @@ def copy_items(rows: list[Any], prefix: bytes, stats: SourceStats) -> Iterator[l
     stats.blank += count - len(items)
     if prefix and items:
         items = (
-            (prefix + (b"\n" + prefix).join(items)).split(b"\n") if b"\n" not in body else [prefix + v for v in items]
+            # C-speed prefixing when no value holds a newline: none does unless an escape made one
+            (prefix + (b"\n" + prefix).join(items)).split(b"\n") if b"\\" not in body else [prefix + v for v in items]
         )
     stats.items += len(items)
     if items:
