@@ -544,3 +544,33 @@ def test_an_items_share_does_not_depend_on_the_batches_it_came_in():
         assert sorted(taken) == sorted(items)
     assert all(len(indexes) == 1 for indexes in owners.values())
     assert {index for indexes in owners.values() for index in indexes} == {0, 1, 2}
+
+
+def test_a_killed_runs_upload_copy_goes_with_the_next_run(target, tmp_path, monkeypatch):
+    """A run killed during its upload (kill -9: no cleanup) leaves its build key, which expires
+    within the hour; the next run removes it at once (the standby's metadata names it)."""
+    if target.backend.name != "redisbloom":
+        pytest.skip("the bitmap upload ORs into the standby: no copy is made")
+    from bloomctl.build import redisbloom
+
+    def killed(client, key, data, starts):
+        raise SystemExit(137)  # stands for the end of the process: nothing after this runs ...
+
+    real_unlink = target.client.__class__.unlink
+    monkeypatch.setattr(redisbloom, "upload_chunks", killed)
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
+    args = ["-c", "10000", "-e", "1%", "--build", "client", "--swap"]
+    with monkeypatch.context() as patch:  # ... not even the finally clauses' unlink of the copy
+        patch.setattr(
+            target.client.__class__,
+            "unlink",
+            lambda self, *keys: 0 if any(b":build:" in k for k in keys) else real_unlink(self, *keys),
+        )
+        target.cli("rebuild", "users", "--from-csv", path, *args)
+        left = companions(target, "build")
+    assert len(left) == 1 and 0 < target.client.pttl(left[0]) <= redisbloom.BUILD_TTL_MS
+    target.client.delete(KeyFamily.of("users").lock)  # the killed run's lock would expire by itself
+    monkeypatch.undo()
+    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--build", "client")
+    assert report["build"] == "client" and companions(target, "build") == []
+    assert "build" not in read_metadata(target.client, KeyFamily.of("users").meta)

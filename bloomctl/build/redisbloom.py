@@ -48,6 +48,16 @@ if tostring(redis.call('BF.CARD', KEYS[1])) ~= ARGV[1] then return 0 end
 redis.call('UNLINK', KEYS[1])
 redis.call('RENAME', KEYS[2], KEYS[1])
 redis.call('PERSIST', KEYS[1])
+redis.call('HDEL', KEYS[3], 'build')
+return 1
+"""
+
+
+# KEYS: standby metadata. ARGV: generation, the build's key: recorded, so that the next run removes
+# it should this one be killed before it could.
+MARK_BUILD_LUA = """
+if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'build', ARGV[2])
 return 1
 """
 
@@ -170,6 +180,8 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
     as the bitmap backend counts them)."""
     build = family.companion(f"build:{generation}")
     try:
+        if not int(client.register_script(MARK_BUILD_LUA)(keys=[family.standby_meta], args=[generation, build])):
+            raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
         card = int(client.execute_command("BF.CARD", family.standby))
         client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(array.count + card))
         client.pexpire(build, BUILD_TTL_MS)  # type: ignore[attr-defined]

@@ -77,7 +77,8 @@ def prepare_standbys(
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
     for member in targets.families:
-        client.unlink(member.standby, member.standby_meta)
+        leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
+        client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))
         client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
         backend.reserve(client, member.standby, targets.plan)
     return standbys
