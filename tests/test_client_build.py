@@ -42,15 +42,7 @@ def write_items(path, items: list[str]) -> str:
 
 
 def dump(target, key: str) -> bytes:
-    """The whole filter as bytes: SCANDUMP's header and chunks, or the bitmap string."""
-    if target.backend.name == "bitmap":
-        return target.client.get(key)
-    parts, cursor = [], 0
-    while True:
-        cursor, chunk = target.client.execute_command("BF.SCANDUMP", key, cursor)
-        if cursor == 0:
-            return b"".join(parts)
-        parts.append(chunk)
+    return target.dump(key)
 
 
 def companions(target, role: str) -> list[bytes]:
@@ -303,19 +295,11 @@ def test_without_numpy_auto_builds_on_the_server(target, tmp_path, monkeypatch):
 
 
 def bits_of(target, key: str) -> bytes:
-    """The filter's bits without the header (which holds the count)."""
-    if target.backend.name == "bitmap":
-        return target.client.get(key)[64:]
-    parts, cursor = [], 1
-    while True:
-        cursor, chunk = target.client.execute_command("BF.SCANDUMP", key, cursor)
-        if cursor == 0:
-            return b"".join(parts)
-        parts.append(chunk)
+    return target.dump(key, header=False)
 
 
 def test_jobs_build_the_same_bits_in_parallel(target, tmp_path):
-    """--jobs 2 (every other batch in each process) gives the bits of --jobs 1; the count, the sum
+    """--jobs 2 (each process on the items a hash gives it) gives the bits of --jobs 1; the count, the sum
     of the parts' counts, is within 0.1% on distinct items (false positives across the parts)."""
     path = write_items(tmp_path / "items.csv", [f"user:{i}@example.com" for i in range(200_000)])
     args = ["-c", "400000", "-e", "1%", "--nonscaling", "--build", "client", "--backend", target.backend.name]

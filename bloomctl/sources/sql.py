@@ -154,15 +154,7 @@ class SqlSource:
         integer = {"mysql": "SIGNED", "mariadb": "SIGNED", "sqlite": "INTEGER"}.get(scheme, "BIGINT")
         whole = f"CAST({column} AS {integer})"
         condition = f"ABS({whole} % {parts}) = {index}" + (f" OR {column} IS NULL" if index == 0 else "")
-        narrowed = SqlSource(
-            self.url,
-            f"SELECT * FROM ({self.query}) AS bloomctl_part WHERE {condition}",
-            column=self.column,
-            template=self.template,
-            prefix=self.prefix,
-            params=self.params,
-        )
-        return narrowed
+        return self._where(condition, self.params)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -170,16 +162,20 @@ class SqlSource:
         return state
 
     def _narrowed(self, column: str, operator: str, moment: Any) -> SqlSource:
-        narrowed = SqlSource(
+        narrowed = self._where(f"{self.check_column_name(column)} {operator} :moment", {"moment": moment})
+        narrowed._engine = self._engine
+        return narrowed
+
+    def _where(self, condition: str, params: dict[str, Any] | None) -> SqlSource:
+        """The same recipe over the query's rows that meet ``condition``."""
+        return SqlSource(
             self.url,
-            f"SELECT * FROM ({self.query}) AS bloomctl_src WHERE {self.check_column_name(column)} {operator} :moment",
+            f"SELECT * FROM ({self.query}) AS bloomctl_src WHERE {condition}",
             column=self.column,
             template=self.template,
             prefix=self.prefix,
-            params={"moment": moment},
+            params=params,
         )
-        narrowed._engine = self._engine
-        return narrowed
 
     def batches(self, size: int) -> Iterator[list[bytes]]:
         for batch in self.fast_batches(size):
