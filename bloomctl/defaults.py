@@ -48,3 +48,4 @@ DEFAULT_SKIP_BAD_ROWS = 0
 # --- fill-ratio ---------------------------------------------------------------------------------
 DEFAULT_WARN = 0.8  # WARN above this fill ratio (or the max, when that is lower)
 DEFAULT_MAX_FILL = 1.0  # OVER (exit 1) above this fill ratio
+MAX_TIMEOUT = 86_400.0  # seconds: --timeout and --connect-timeout (a socket timeout must be finite)

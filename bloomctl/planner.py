@@ -29,6 +29,7 @@ LINK_OVERHEAD_BYTES = 64  # sizeof(SBLink): struct bloom (56) + the link's item 
 MAX_SUBFILTERS_BEFORE_WARNING = 4
 MAX_CHAIN = 64  # the planner stops projecting growth here (the warning says so)
 NONSCALING_WARN_FILL = 0.8
+MAX_EXPANSION = 32_768  # RedisBloom on Redis 8: bf-expansion-factor's maximum
 
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 _NUMBER_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9_]*)?(?:e[+-]?[0-9]+)?)\s*([kmgbt]?)\s*$", re.I)
@@ -65,9 +66,15 @@ def parse_error_rate(text: str | float) -> float:
 
 
 def validate_expansion(expansion: int) -> int:
-    if expansion < 1:
-        raise UsageError("`expansion` must be at least 1, got %s", expansion)
-    return expansion
+    """1 to 32,768: RedisBloom on Redis 8 refuses more, and 2.8 keeps the factor in 32 bits (an
+    expansion of 2**40 was stored as 0)."""
+    if not _whole(expansion) or not 1 <= expansion <= MAX_EXPANSION:
+        raise UsageError("`expansion` must be a whole number from 1 to %s, got %r", f"{MAX_EXPANSION:,}", expansion)
+    return int(expansion)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def bits_per_item(error_rate: float) -> float:
@@ -239,14 +246,14 @@ def estimated_fpr(items: int, bits: int, hashes: int) -> float:
 
 def plan(capacity: int, error_rate: float, expansion: int | None = DEFAULT_EXPANSION, items: int | None = None) -> Plan:
     """Validate the inputs and size the filter. ``expansion=None`` means NONSCALING."""
-    if capacity < 1:
-        raise UsageError("`capacity` must be at least 1, got %s", capacity)
-    if not 0 < error_rate < 1:
-        raise UsageError("`error_rate` must be strictly between 0 and 1, got %s", error_rate)
+    if not _whole(capacity) or capacity < 1:
+        raise UsageError("`capacity` must be a whole number of at least 1, got %r", capacity)
+    if isinstance(error_rate, bool) or not isinstance(error_rate, int | float) or not 0 < error_rate < 1:
+        raise UsageError("`error_rate` must be strictly between 0 and 1, got %r", error_rate)
     if expansion is not None:
         validate_expansion(expansion)
-    if items is not None and items < 0:
-        raise UsageError("`items` must not be negative, got %s", items)
+    if items is not None and (not _whole(items) or items < 0):
+        raise UsageError("`items` must be a whole number, not negative, got %r", items)
     return Plan(capacity=capacity, error_rate=error_rate, expansion=expansion, items=items)
 
 

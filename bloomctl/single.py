@@ -295,6 +295,14 @@ def _counted(backend: Backend, client: RedisClient, key: bytes) -> FilterState:
     return replace(backend.info(client, key, with_header=False), items=backend.card(client, key))
 
 
+def check_min_ratio(min_ratio: float) -> float:
+    """The shrink guard's threshold: a number >= 0 (a NaN would make every comparison false, and
+    the guard would let anything through)."""
+    if not (isinstance(min_ratio, int | float) and math.isfinite(min_ratio) and min_ratio >= 0):
+        raise UsageError("`min_ratio` must be a number of at least 0, got %r", min_ratio)
+    return float(min_ratio)
+
+
 def prepare_swap(
     client: RedisClient,
     server: ServerInfo,
@@ -304,6 +312,7 @@ def prepare_swap(
     min_ratio: float = DEFAULT_MIN_RATIO,
     allow_shrink: bool = False,
 ) -> SwapPlan:
+    check_min_ratio(min_ratio)
     family = KeyFamily.of(key)
     standby_key = to_bytes(standby) if standby is not None else family.standby
     companions = set(family.all_keys().values()) - {family.standby}

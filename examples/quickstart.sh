@@ -2,32 +2,86 @@
 # A five-minute tour of bloomctl against a throwaway local redis-server (nothing else is touched).
 #
 #   bash examples/quickstart.sh [/path/to/redisbloom.so]
+#   REDIS_SERVER=/opt/redis/bin/redis-server bash examples/quickstart.sh
 #
 # The module path may also come from BLOOMCTL_REDISBLOOM_MODULE. Without one, the tour runs on
 # bloomctl's module-free bitmap backend (a plain Redis string hashed by a Redis Functions library).
-# The server runs on a free port in a temporary directory and is shut down when the script ends.
+# REDIS_SERVER picks the server binary (default: redis-server on PATH). The server runs on a free
+# port in a temporary directory and is stopped when the script ends; if it does not start, the
+# script exits 1 and prints the server's log to stderr.
+# When no Python on hand can import bloomctl, the script installs this checkout into .venv at the
+# repository's root (python3 -m venv .venv; pip install -e .) and says so.
 set -euo pipefail
 
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 module="${1:-${BLOOMCTL_REDISBLOOM_MODULE:-}}"
+redis_server="${REDIS_SERVER:-redis-server}"
+
+# The Python to run on: bloomctl's own interpreter when the command is on PATH, else the
+# checkout's .venv if there is one, else python3.
+python=python3
+bloomctl=("$python" -m bloomctl)
 if command -v bloomctl >/dev/null 2>&1; then
-  bloomctl=(bloomctl)
-  python="$(head -n 1 "$(command -v bloomctl)" | sed -e 's/^#!//')"   # the interpreter bloomctl runs on
-else
-  python=python3
+  interpreter="$(head -n 1 "$(command -v bloomctl)" | sed -e 's/^#!//')"
+  if [ -x "$interpreter" ] && [[ "$(basename "$interpreter")" == python* ]]; then
+    python="$interpreter"
+    bloomctl=(bloomctl)
+  fi
+elif [ -x "$root/.venv/bin/python" ]; then
+  python="$root/.venv/bin/python"
+  bloomctl=("$python" -m bloomctl)
+fi
+# bloomctl.cli imports click and redis: a bare checkout on sys.path is not enough.
+if ! "$python" -c 'import bloomctl.cli, redis' >/dev/null 2>&1; then
+  printf 'bloomctl is not importable by %s: installing this checkout into %s/.venv (pip install -e .)\n' \
+    "$python" "$root" >&2
+  [ -x "$root/.venv/bin/python" ] || python3 -m venv "$root/.venv"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$root/.venv/bin/python" -m pip install -q -e "$root"
+  python="$root/.venv/bin/python"
   bloomctl=("$python" -m bloomctl)
 fi
 
+if ! command -v "$redis_server" >/dev/null 2>&1; then
+  printf 'quickstart: no redis-server at %s (set REDIS_SERVER=/path/to/redis-server)\n' "$redis_server" >&2
+  exit 1
+fi
 workdir="$(mktemp -d)"
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
 port="$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-server_args=(--port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" --appendonly no --daemonize yes
-             --pidfile "$workdir/redis.pid" --logfile "$workdir/redis.log")
+server_args=(--port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" --appendonly no)
 if [ -n "$module" ]; then
   server_args+=(--loadmodule "$module")
 fi
-redis-server "${server_args[@]}"
-cleanup() { redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true; rm -rf "$workdir"; }
-trap cleanup EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+"$redis_server" "${server_args[@]}" >"$workdir/redis.log" 2>&1 &
+server_pid=$!
+serving() {  # the server on the port works in our directory (another one that held the port would answer too)
+  "$python" - "$port" "$workdir" <<'PY' 2>/dev/null
+import os, sys
+import redis
+port, workdir = int(sys.argv[1]), os.path.realpath(sys.argv[2])
+try:
+    served = redis.Redis(port=port, socket_timeout=1).config_get("dir")["dir"]
+except redis.RedisError:
+    sys.exit(1)
+sys.exit(0 if os.path.realpath(served) == workdir else 1)
+PY
+}
+started=
+for _ in $(seq 50); do
+  kill -0 "$server_pid" 2>/dev/null || break
+  if serving; then started=1; break; fi
+  sleep 0.2
+done
+if [ -z "$started" ]; then
+  printf 'quickstart: %s did not start on port %s. The end of its log:\n' "$redis_server" "$port" >&2
+  if [ -s "$workdir/redis.log" ]; then tail -n 20 "$workdir/redis.log" >&2; else echo '(the log is empty)' >&2; fi
+  exit 1
+fi
 export BLOOMCTL_URL="redis://127.0.0.1:$port/0"
 
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }

@@ -56,7 +56,7 @@ def test_a_csv_header_with_backticks_is_shown_as_it_is(cli_plain, tmp_path):
 
 def test_fill_ratio_thresholds_are_named_by_their_flags(cli_plain):
     negative = cli_plain("fill-ratio", "k", "--warn", "-1")
-    assert negative.exit_code == 2 and "--warn must be positive" in negative.stderr
+    assert negative.exit_code == 2 and "'--warn': -1.0 is not in the range x>=0" in negative.stderr
     inverted = cli_plain("fill-ratio", "k", "--warn", "0.9", "--max", "0.5")
     assert inverted.exit_code == 2 and "--warn (0.9) must not be above --max (0.5)" in inverted.stderr
 

@@ -10,8 +10,9 @@ import click
 
 from bloomctl import __version__
 from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import Number
 from bloomctl.cli.render import to_flags
-from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
+from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import BloomctlError, ExitCode
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -97,14 +98,14 @@ class BloomctlGroup(click.Group):
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="Client key for rediss://.")
 @click.option(
     "--connect-timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(min=0, min_open=True, max=MAX_TIMEOUT),
     default=DEFAULT_CONNECT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for a connection.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Number(min=0, min_open=True, max=MAX_TIMEOUT),
     default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Seconds to wait for a reply.",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option
+from bloomctl.cli.options import Number, format_option
 from bloomctl.cli.render import emit_json, fmt_rate
 from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import ExitCode
@@ -96,20 +96,23 @@ def text_line(r: FillReport) -> str:
 @click.option(
     "--warn",
     "warn_at",
-    type=float,
+    type=Number(min=0, percent=True),
     default=None,
     help=f"Mark a filter WARN above this fill ratio (items / reserved capacity) [default: {DEFAULT_WARN}, or --max if lower].",
 )
 @click.option(
     "--max",
     "max_at",
-    type=float,
+    type=Number(min=0, percent=True),
     default=DEFAULT_MAX_FILL,
     show_default=True,
     help="Fail (exit 1) when a filter is above this fill ratio.",
 )
 @click.option(
-    "--max-fpr", type=float, default=None, help="Also fail when the estimated false-positive rate is above this."
+    "--max-fpr",
+    type=Number(min=0, max=1, percent=True),
+    default=None,
+    help="Also fail when the estimated false-positive rate is above this.",
 )
 @click.option("--exact", is_flag=True, help="Stream BF.SCANDUMP and popcount: true bit fill and FPR per sub-filter.")
 @format_option("text", "json", "prometheus")

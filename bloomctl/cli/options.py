@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +18,49 @@ from bloomctl.defaults import (
     MAX_SHARDS,
 )
 from bloomctl.errors import UsageError
-from bloomctl.planner import parse_count, parse_error_rate
+from bloomctl.planner import MAX_EXPANSION, parse_count, parse_error_rate
 
 F = Callable[..., Any]
 BACKEND_CHOICES = [AUTO, "redisbloom", "bitmap"]
+
+
+class Number(click.FloatRange):
+    """A float in a range, never NaN or infinite (``ratio < nan`` is always false: a NaN guard
+    guards nothing); with ``percent``, ``90%`` reads as 0.9."""
+
+    name = "number"
+
+    def __init__(
+        self,
+        min: float | None = None,
+        max: float | None = None,
+        *,
+        min_open: bool = False,
+        max_open: bool = False,
+        percent: bool = False,
+    ) -> None:
+        super().__init__(min, max, min_open=min_open, max_open=max_open)
+        self.percent = percent
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if self.percent and isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                value = float(value.strip()[:-1]) / 100
+            except ValueError:
+                self.fail(f"{value!r} is not a number or a percentage (examples: 0.9, 90%)", param, ctx)
+        if isinstance(value, str) and not math.isfinite(_as_float(value)):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def _as_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0  # not a number at all: FloatRange says so in its own words
 
 
 def format_option(*choices: str, tty_default: str | None = None, pipe_default: str | None = None) -> Callable[[F], F]:
@@ -77,7 +117,7 @@ def sizing_options(f: F) -> F:
     )(f)
     f = click.option(
         "--expansion",
-        type=click.IntRange(min=1),
+        type=click.IntRange(1, MAX_EXPANSION),
         default=None,
         help=f"Growth factor of each new sub-filter when full [default: {DEFAULT_EXPANSION}].",
     )(f)
@@ -126,7 +166,7 @@ def swap_guard_options(f: F) -> F:
     f = click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")(f)
     f = click.option(
         "--min-ratio",
-        type=click.FloatRange(min=0),
+        type=Number(min=0, percent=True),
         default=DEFAULT_MIN_RATIO,
         show_default=True,
         help="Refuse to swap when the standby has fewer items than this fraction of the active filter's.",
@@ -134,7 +174,7 @@ def swap_guard_options(f: F) -> F:
     f = click.option(
         "--keep-old",
         metavar="SECONDS",
-        type=click.FloatRange(min=0, max=MAX_KEEP_OLD_SECONDS),
+        type=Number(min=0, max=MAX_KEEP_OLD_SECONDS),
         default=0,
         show_default=True,
         help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",

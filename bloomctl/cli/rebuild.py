@@ -11,6 +11,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import (
+    Number,
     backend_option,
     capacity_callback,
     error_rate_callback,
@@ -38,6 +39,7 @@ from bloomctl.defaults import (
     MAX_HEADROOM,
     MAX_JOBS,
 )
+from bloomctl.planner import MAX_EXPANSION
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
     from bloomctl.rebuild import RebuildReport
@@ -183,7 +185,7 @@ def plan_options(f: Any) -> Any:
         ),
         click.option(
             "--headroom",
-            type=click.FloatRange(1, MAX_HEADROOM),
+            type=Number(1, MAX_HEADROOM),
             default=DEFAULT_HEADROOM,
             show_default=True,
             help="Multiplier on the counted rows for --capacity auto.",
@@ -191,7 +193,7 @@ def plan_options(f: Any) -> Any:
         click.option("--error-rate", "-e", callback=error_rate_callback, help="[default: the active filter's]"),
         click.option(
             "--expansion",
-            type=click.IntRange(min=1),
+            type=click.IntRange(1, MAX_EXPANSION),
             help=f"[default: the active filter's, else {DEFAULT_EXPANSION}]",
         ),
         click.option("--nonscaling", is_flag=True, help="Build a filter that never grows."),
@@ -258,7 +260,7 @@ def load_options(f: Any) -> Any:
         click.option(
             "--max-rate",
             metavar="ITEMS/S",
-            type=click.FloatRange(min=0, min_open=True),
+            type=Number(min=0, min_open=True),
             default=None,
             help="Server path: send at most this many items per second (a shared production server).",
         ),
@@ -291,7 +293,7 @@ def load_options(f: Any) -> Any:
         ),
         click.option(
             "--catchup-skew",
-            type=click.FloatRange(min=0, max=MAX_CATCHUP_SKEW),
+            type=Number(min=0, max=MAX_CATCHUP_SKEW),
             default=DEFAULT_CATCHUP_SKEW,
             show_default=True,
             help="Seconds subtracted from the load start for catch-up.",

@@ -21,7 +21,7 @@ from bloomctl.metadata import read_metadata
 from bloomctl.planner import Plan, plan, shard_plan
 from bloomctl.rebuild.options import Events, RebuildOptions
 from bloomctl.server import ServerInfo
-from bloomctl.single import to_keep_ms
+from bloomctl.single import check_min_ratio, to_keep_ms
 from bloomctl.sources import IncrementalSource, Source
 
 
@@ -33,6 +33,7 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     if options.max_rate is not None and not (options.max_rate > 0 and math.isfinite(options.max_rate)):
         raise UsageError("`max_rate` must be a positive number of items per second, got %s", options.max_rate)
     to_keep_ms(options.keep_old)
+    check_min_ratio(options.min_ratio)
     if options.since_column:
         if not isinstance(source, IncrementalSource):
             raise UsageError("`since_column` needs a SQL source")
