@@ -76,4 +76,5 @@ def test_absurd_expansions_are_refused_before_the_server_stores_them_as_0(target
             plan(bad, 0.01)
     if target.backend.name == "redisbloom":
         assert target.cli("reserve", "users", "-c", "1000", "-e", "1%", "--expansion", "32768").exit_code == 0
-        assert target.client.execute_command("BF.INFO", "users", "EXPANSION") in (32768, [32768])
+        reply = target.client.execute_command("BF.INFO", "users", "EXPANSION")  # redis-py gives a dict
+        assert (list(reply.values()) if isinstance(reply, dict) else reply) in (32768, [32768])
