@@ -66,6 +66,10 @@ class ConnectionFailed(BloomctlError):
     exit_code = ExitCode.CONNECTION
 
 
+class OutOfMemory(ConnectionFailed):
+    """The server refused a write for memory (maxmemory with noeviction, or the machine's)."""
+
+
 class UnsupportedServer(BloomctlError):
     """The server lacks the commands a step needs."""
 

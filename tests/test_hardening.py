@@ -78,3 +78,29 @@ def test_absurd_expansions_are_refused_before_the_server_stores_them_as_0(target
         assert target.cli("reserve", "users", "-c", "1000", "-e", "1%", "--expansion", "32768").exit_code == 0
         reply = target.client.execute_command("BF.INFO", "users", "EXPANSION")  # redis-py gives a dict
         assert (list(reply.values()) if isinstance(reply, dict) else reply) in (32768, [32768])
+
+
+def test_out_of_memory_mid_load_gives_the_memory_back(target, tmp_path):
+    """(2) maxmemory + noeviction, a scaling standby growing past the limit: the run exits 3 and
+    says so, and removes its standby, so the application's own writes work again."""
+    if target.backend.name != "redisbloom" or target.cluster:
+        pytest.skip("a RedisBloom chain grows while it loads; one node's memory")
+    client = target.client
+    target.reserve("users", 1000)
+    target.add("users", ["user:0", "user:1"])
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(300_000)))
+    used = client.info("memory")["used_memory"]
+    client.config_set("maxmemory", str(used + 400_000))  # a 1000-capacity standby fits; its growth does not
+    try:
+        result = target.cli(
+            "rebuild", "users", "--from-csv", str(csv), "-c", "1000", "-e", "1%", "--build", "server", "--swap"
+        )
+        assert result.exit_code == 3, result.stderr
+        assert "out of memory" in result.stderr and "was removed to give the memory back" in result.stderr
+        family = KeyFamily.of("users")
+        assert not client.exists(family.standby) and not client.exists(family.standby_meta)
+        assert client.set("app:key", "the application writes again")
+        assert target.card("users") == 2 and not client.exists(family.lock)
+    finally:
+        client.config_set("maxmemory", "0")

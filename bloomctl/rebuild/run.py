@@ -25,7 +25,7 @@ from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reser
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.path import choose, describe
 from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
-from bloomctl.rebuild.standby import Standbys, prepare_standbys
+from bloomctl.rebuild.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
 from bloomctl.rebuild.verify import verify
 from bloomctl.server import ServerInfo
 from bloomctl.sources import IncrementalSource, Source
@@ -61,10 +61,16 @@ def rebuild(
     else:
         with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log)
-            since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
-            reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
-            verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
-            cut_over(client, server, family, backend, chosen, lock, options, report, log)
+            try:
+                since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
+                reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
+                verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
+                cut_over(client, server, family, backend, chosen, lock, options, report, log)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
+                raise out_of_memory(exc, family.standby) from None
     report.seconds = time.perf_counter() - started
     return report
 

@@ -15,13 +15,29 @@ from dataclasses import dataclass
 from bloomctl import backends
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
-from bloomctl.errors import StateConflict
+from bloomctl.errors import OutOfMemory, StateConflict
 from bloomctl.keys import to_display
 from bloomctl.lock import FilterLock
 from bloomctl.memory import check_memory
 from bloomctl.metadata import LOADING, mark_state, metadata_for
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.preflight import Targets
+
+# KEYS: standby, its metadata. ARGV: generation. Removes both only if this run made them.
+DISCARD_LUA = """
+if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
+local build = redis.call('HGET', KEYS[2], 'build')
+redis.call('UNLINK', KEYS[1], KEYS[2])
+if build then redis.call('UNLINK', build) end
+return 1
+"""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A write refused for memory: redis-py's OutOfMemoryError, or a script or pipeline reply
+    that carries Redis's OOM error."""
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "command not allowed when used memory" in text
 
 
 def new_generation() -> str:
@@ -43,10 +59,14 @@ class Standbys:
             if not mark_state(self.client, member.standby_meta, self.generation, state):
                 raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
 
-    def discard(self) -> None:
-        """Remove the standbys and their metadata (nothing of value: the run that made them failed)."""
-        for member in self.targets.families:
-            self.client.unlink(member.standby, member.standby_meta)
+    def discard(self) -> int:
+        """Remove the standbys and their metadata while they are still this run's (nothing of
+        value: the run that made them failed); returns how many were removed."""
+        script = self.client.register_script(DISCARD_LUA)
+        return sum(
+            int(script(keys=[member.standby, member.standby_meta], args=[self.generation]))
+            for member in self.targets.families
+        )
 
 
 def prepare_standbys(
@@ -80,5 +100,20 @@ def prepare_standbys(
         leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
         client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))
         client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
-        backend.reserve(client, member.standby, targets.plan)
+        try:
+            backend.reserve(client, member.standby, targets.plan)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            standbys.discard()
+            raise out_of_memory(exc, member.standby) from None
     return standbys
+
+
+def out_of_memory(exc: BaseException, standby: bytes) -> OutOfMemory:
+    return OutOfMemory(
+        "the server is out of memory (%s): the standby %r was removed to give the memory back; nothing was "
+        "swapped (plan a smaller filter, free memory or raise maxmemory, then run again)",
+        str(exc).splitlines()[0][:120],
+        to_display(standby),
+    )
