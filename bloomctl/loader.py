@@ -59,6 +59,17 @@ def _packer() -> Callable[[tuple[Any, ...]], bytes] | None:
     return pack_command
 
 
+def over_capacity(key: bytes | str, items: int, capacity: int) -> StateConflict:
+    """A filter that never grows (the bitmap backend) would take more items than its capacity."""
+    return StateConflict(
+        "the filter %r would hold %s items, over its capacity of %s: it never grows, and past its capacity "
+        "it answers 'maybe' for ever more absent items; raise `capacity` (or `headroom`)",
+        to_display(key),
+        f"{items:,}+" if isinstance(key, bytes) else f"{items:,}",
+        f"{capacity:,}",
+    )
+
+
 class _Target:
     """One key, its connection and the sizes of its unanswered batches."""
 
@@ -68,6 +79,7 @@ class _Target:
         self.conn = self.pool.get_connection()
         self.pending: deque[int] = deque()
         self.buffer: list[bytes] = []
+        self.added = 0  # new items in this key, counted from the replies
 
     def send(self, batch: list[bytes]) -> None:
         loader = self.loader
@@ -104,6 +116,7 @@ class Loader:
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: Progress | None = None,
         max_rate: float | None = None,
+        limit: int | None = None,
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -112,6 +125,7 @@ class Loader:
         self.window, self.batch_size = window, batch_size
         self.progress = progress
         self.max_rate = max_rate  # items per second at most (a shared production server)
+        self.limit = limit  # new items a key may take (a filter that never grows), or None
         self.started = 0.0
         self.pack = _packer()
         self.stats = LoadStats(per_key=[0] * len(self.keys))
@@ -178,5 +192,8 @@ class Loader:
             raise StateConflict("writing to %r failed: %s", to_display(target.key), detail)
         self.stats.added += added
         self.stats.duplicates += expected - added
+        target.added += added
+        if self.limit is not None and target.added > self.limit:
+            raise over_capacity(target.key, target.added, self.limit)
         if self.progress is not None:
             self.progress(self.stats.added + self.stats.duplicates)

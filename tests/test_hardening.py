@@ -104,3 +104,26 @@ def test_out_of_memory_mid_load_gives_the_memory_back(target, tmp_path):
         assert target.card("users") == 2 and not client.exists(family.lock)
     finally:
         client.config_set("maxmemory", "0")
+
+
+@pytest.mark.parametrize("build", ["client", "server"])
+def test_a_bitmap_filter_is_never_swapped_in_over_its_capacity(target, tmp_path, build):
+    """(3) A bitmap filter rebuilt from 200k rows with the capacity of 1000 its metadata records was
+    swapped in saturated ("maybe" for every absent item). It never grows: past its capacity the
+    rebuild stops, as RedisBloom's NONSCALING filter does; over 80% it warns."""
+    if target.backend.name != "bitmap":
+        pytest.skip("RedisBloom grows, or refuses a NONSCALING filter's item itself")
+    assert target.cli("reserve", "users", "-c", "1000", "-e", "1%", "--backend", "bitmap").exit_code == 0
+    target.add("users", ["user:0"])
+    big = tmp_path / "big.csv"
+    big.write_text("id\n" + "".join(f"user:{i}\n" for i in range(200_000)))
+    result = target.cli("rebuild", "users", "--from-csv", str(big), "--swap", "--build", build)
+    assert result.exit_code == 5, result.stderr
+    assert "over its capacity of 1,000" in result.stderr and "--capacity" in result.stderr
+    assert target.card("users") == 1 and not target.client.exists(KeyFamily.of("users").old)
+    assert target.cli("swap", "users", "--yes").exit_code == 5  # the standby left behind is never swapped in
+    near = tmp_path / "near.csv"
+    near.write_text("id\n" + "".join(f"user:{i}\n" for i in range(900)))
+    result = target.cli("rebuild", "users", "--from-csv", str(near), "--swap", "--build", build)
+    assert result.exit_code == 0, result.stderr
+    assert "90% of its capacity of 1,000: it never grows" in result.stderr

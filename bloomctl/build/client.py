@@ -18,6 +18,7 @@ from bloomctl.build.bits import BitArray
 from bloomctl.client import RedisClient
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
+from bloomctl.loader import over_capacity
 from bloomctl.routing import route
 from bloomctl.sources.base import item_list
 
@@ -77,8 +78,10 @@ class Build:
         """A RedisBloom link holds ``capacity`` items: past that, as the server would, refuse
         (NONSCALING) or hand over to the server path (the server would grow a sub-filter)."""
         layout, array = self.layouts[index], self.arrays[index]
-        if self.scheme is not redisbloom or array.count <= layout.capacity:
+        if array.count <= layout.capacity:
             return
+        if self.scheme is not redisbloom:  # a bitmap filter never grows
+            raise over_capacity(self.names[index], array.count, layout.capacity)
         if layout.nonscaling:
             raise StateConflict(
                 "writing to %r failed: non scaling filter is full: the filter reached its capacity "

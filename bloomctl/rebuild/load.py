@@ -51,6 +51,7 @@ def load(
     *,
     reservoir: Sample | None = None,
     progress: Progress | None = None,
+    limit: int | None = None,
 ) -> LoadStats:
     loader = Loader(
         client,
@@ -60,6 +61,7 @@ def load(
         batch_size=options.batch,
         progress=progress,
         max_rate=options.max_rate,
+        limit=limit,
     )
     return loader.load(sampled(batches, reservoir))
 

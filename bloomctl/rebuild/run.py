@@ -14,9 +14,10 @@ from datetime import datetime
 from bloomctl import lifecycle
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
 from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
-from bloomctl.loader import Progress
+from bloomctl.loader import Progress, over_capacity
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
 from bloomctl.metadata import FAILED, LOADED, VERIFIED
@@ -131,7 +132,8 @@ def load_all(
         reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
     else:
         batches = prefetched(source.batches(options.batch))
-        report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
+        limit = growth_limit(backend, standbys)
+        report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress, limit=limit)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -146,7 +148,31 @@ def load_all(
     if since is not None and isinstance(source, IncrementalSource):
         report.catchup, report.catchup_rows = catch_up(client, backend, keys, source, since, options, reservoir, log)
         standbys.lock.check()
+    check_fill(client, backend, standbys, log)
     return reservoir
+
+
+def growth_limit(backend: Backend, standbys: Standbys) -> int | None:
+    """The items a standby may take when it never grows (bitmap: its capacity); None otherwise
+    (RedisBloom grows, or refuses a NONSCALING filter's item past its capacity itself)."""
+    return standbys.targets.plan.capacity if backend.name == "bitmap" else None
+
+
+def check_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: Events) -> None:
+    """After the load (dual writes and the catch-up included): a filter that never grows and holds
+    more than its capacity is refused (marked failed, never swapped); over 80% full is a warning."""
+    capacity = standbys.targets.plan.capacity
+    for member in standbys.targets.families:
+        items = backend.card(client, member.standby)
+        if backend.name == "bitmap" and items > capacity:
+            standbys.mark(FAILED)
+            raise over_capacity(to_display(member.standby), items, capacity)
+        if items > WARN_FILL * capacity and (backend.name == "bitmap" or not standbys.targets.plan.scaling):
+            log(
+                f"the new filter {to_display(member.standby)!r} holds {items:,} items, {items / capacity:.0%} of its "
+                f"capacity of {capacity:,}: it never grows; plan a larger capacity before it fills",
+                {"phase": "load", "warning": "fill", "items": items, "capacity": capacity},
+            )
 
 
 def build_in_client(
@@ -178,7 +204,8 @@ def build_in_client(
     reservoir = new_reservoir(options)
     batches = prefetched(source.batches(options.batch))
     keys = standbys.targets.standbys
-    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress)
+    limit = growth_limit(backend, standbys)
+    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress, limit=limit)
     return reservoir
 
 
