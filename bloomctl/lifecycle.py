@@ -31,11 +31,10 @@ from bloomctl.sharded import (
     rollback_sharded,
     swap_sharded,
 )
-from bloomctl.single import Description, ReserveResult, prepare_swap, to_keep_ms
+from bloomctl.single import Description, ReserveResult, prepare_swap, swap_under, to_keep_ms
 from bloomctl.single import describe as describe_single
 from bloomctl.single import reserve as reserve_single
 from bloomctl.single import rollback as rollback_single
-from bloomctl.single import swap as swap_single
 
 Confirm = Callable[[str], bool]  # asked a yes/no question before a swap or rollback changes anything
 
@@ -85,6 +84,7 @@ class SwapResult:
     old: bytes  # where the replaced filter is kept (one filter)
     keep_old_seconds: float
     manifest: Manifest | None = None
+    note: str | None = None  # the swap's reply was lost, and bloomctl looked: it was applied
 
     @property
     def sharded(self) -> bool:
@@ -142,8 +142,8 @@ def _swap_under_lock(
             raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
         prepared, done = prepare_sharded_swap(client, server, manifest, min_ratio=min_ratio, allow_shrink=allow_shrink)
         _confirmed(confirm, f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?")
-        members = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
-        return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest)
+        members, note = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
+        return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest, note)
     plan = prepare_swap(client, server, family.active, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink)
     previous = plan.active_state.items if plan.active_state else None
     _confirmed(
@@ -152,9 +152,17 @@ def _swap_under_lock(
         + (f" ({previous:,} items now)" if previous is not None else " (absent now)")
         + "?",
     )
-    replaced = swap_single(client, plan, keep_old_seconds=keep_old_seconds, lock_token=lock.token)
+    replaced, note = swap_under(client, plan, keep_old_seconds=keep_old_seconds, lock=lock)
     return SwapResult(
-        family.active, plan.standby, [replaced], plan.standby_state.items, previous, family.old, keep_old_seconds
+        family.active,
+        plan.standby,
+        [replaced],
+        plan.standby_state.items,
+        previous,
+        family.old,
+        keep_old_seconds,
+        None,
+        note,
     )
 
 

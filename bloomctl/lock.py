@@ -122,6 +122,24 @@ class FilterLock:
         with contextlib.suppress(Exception):
             self.client.register_script(RELEASE_LUA)(keys=[self.lock_key], args=[self.token])
 
+    def release_confirmed(self, deadline: float) -> bool:
+        """Release, retrying until the server answers or ``deadline`` (time.monotonic()) passes.
+
+        After a command whose reply never came (a timeout), this settles its fate: a swap script
+        still waiting in the server checks the lock's token, so once the release has run there, the
+        script either ran before it or can no longer do anything. False: the server never answered."""
+        self._stop.set()
+        self.lost.set()  # from now on nothing may be written under this lock
+        script = self.client.register_script(RELEASE_LUA)
+        while True:
+            try:
+                script(keys=[self.lock_key], args=[self.token])
+                return True
+            except Exception:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.2)
+
     def __enter__(self) -> FilterLock:
         self.acquire()
         return self

@@ -14,7 +14,7 @@ from typing import Any
 from bloomctl import backends
 from bloomctl.backends import FilterState
 from bloomctl.client import RedisClient
-from bloomctl.errors import StateConflict
+from bloomctl.errors import BloomctlError, ConnectionFailed, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manifest
@@ -22,7 +22,7 @@ from bloomctl.memory import check_memory
 from bloomctl.metadata import metadata_for, read_metadata
 from bloomctl.planner import Plan, shard_plan
 from bloomctl.server import ServerInfo
-from bloomctl.single import Description, ReserveResult, SwapPlan, describe, prepare_swap, rollback, swap
+from bloomctl.single import Description, ReserveResult, SwapPlan, describe, prepare_swap, rollback, swap_under
 
 
 @dataclass(frozen=True)
@@ -207,29 +207,41 @@ def swap_sharded(
     already_done: int,
     *,
     keep_old_seconds: float = 0,
-    lock: FilterLock | None = None,
-) -> list[bool]:
-    """Swap every prepared member's standby in, one member at a time (each swap atomic).
+    lock: FilterLock,
+) -> tuple[list[bool], str | None]:
+    """Swap every prepared member's standby in, one member at a time (each swap atomic, each
+    checking the lock's token in its script). Returns per member whether an active filter was
+    replaced, and a note when a member's outcome had to be looked up after a lost reply.
 
     A failure part-way leaves every shard answering correctly (each holds either its old or its
     new filter); running the swap again finishes the cutover.
     """
-    replaced = []
+    replaced: list[bool] = []
+    note = None
     for index, plan_ in enumerate(prepared):
-        if lock is not None:
-            lock.check_held()
+        lock.check_held()
         try:
-            replaced.append(swap(client, plan_, keep_old_seconds=keep_old_seconds))
+            # The swap script checks a lock in its own member's slot (a script cannot reach the
+            # filter's lock on another node): the member's, taken for this one swap.
+            with FilterLock(client, plan_.family.active, command="bloomctl swap (shard)", ttl_ms=lock.ttl_ms) as own:
+                done, note = swap_under(client, plan_, keep_old_seconds=keep_old_seconds, lock=own)
         except Exception as exc:
-            swapped = already_done + index
-            raise StateConflict(
-                "the sharded swap stopped after %s of %s shards (%s); every shard answers correctly meanwhile: run `bloomctl swap %s` again to finish",
-                swapped,
-                manifest.shards,
-                exc,
-                to_display(manifest.key),
-            ) from exc
-    return replaced
+            raise _stopped(manifest, already_done + index, exc) from exc
+        replaced.append(done)
+        if note is not None and index + 1 < len(prepared):  # the lock is released: the rest must wait
+            raise _stopped(manifest, already_done + index + 1, StateConflict(note))
+    return replaced, note
+
+
+def _stopped(manifest: Manifest, swapped: int, exc: BaseException) -> BloomctlError:
+    kind = ConnectionFailed if isinstance(exc, ConnectionFailed) else StateConflict  # (exit 3: the server's fault)
+    return kind(
+        "the sharded swap stopped after %s of %s shards (%s); every shard answers correctly meanwhile: run `bloomctl swap %s` again to finish",
+        swapped,
+        manifest.shards,
+        exc,
+        to_display(manifest.key),
+    )
 
 
 def rollback_sharded(client: RedisClient, manifest: Manifest) -> None:

@@ -9,14 +9,15 @@ that takes the lock and chooses between one filter and a sharded one.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl import backends
 from bloomctl.backends import AUTO, Backend, FilterState
 from bloomctl.client import RedisClient
 from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
-from bloomctl.errors import KeyMissing, StateConflict, UsageError
+from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.manifest import Manifest
 from bloomctl.memory import check_memory
@@ -24,6 +25,9 @@ from bloomctl.metadata import UNFINISHED, metadata_for, read_metadata
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
 from bloomctl.topology import node_address
+
+if TYPE_CHECKING:
+    from bloomctl.lock import FilterLock
 
 # --- reserve --------------------------------------------------------------------------------
 
@@ -371,6 +375,46 @@ def swap(client: RedisClient, prepared: SwapPlan, *, keep_old_seconds: float = 0
         standby_magic=prepared.backend.magic,
         lock_token=lock_token,
     )
+
+
+def swap_under(
+    client: RedisClient, prepared: SwapPlan, *, keep_old_seconds: float, lock: FilterLock
+) -> tuple[bool, str | None]:
+    """``swap`` under ``lock`` (the script checks its token). When the reply never comes (a timeout,
+    a dropped connection), the swap may or may not have run: release the lock, which settles it (a
+    script still waiting in the server then fails its token check), and look. Returns whether an
+    active filter was replaced, and a note when the outcome had to be looked up."""
+    import redis
+
+    try:
+        return swap(client, prepared, keep_old_seconds=keep_old_seconds, lock_token=lock.token), None
+    except (redis.exceptions.TimeoutError, redis.exceptions.ConnectionError) as exc:
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no reply'}"
+        name = to_display(prepared.family.active)
+        unknown = ConnectionFailed(
+            "the swap of %r got no reply (%s) and the server has not answered since: whether it was applied is "
+            "unknown; `bloomctl info %s` shows which filter is active once it answers",
+            name,
+            reason,
+            name,
+        )
+        if not lock.release_confirmed(time.monotonic() + lock.ttl_ms / 1000 + 5):
+            raise unknown from None
+        try:
+            still_there = backends.key_type(client, prepared.standby) != b"none"
+        except Exception:
+            raise unknown from None
+        if still_there:
+            raise ConnectionFailed(
+                "the swap of %r got no reply (%s); bloomctl released its lock and looked: it was NOT applied (the "
+                "standby is still there, the active filter unchanged): run it again",
+                name,
+                reason,
+            ) from None
+        return (
+            prepared.active_state is not None,
+            f"the swap's reply did not arrive ({reason}); bloomctl looked: it was applied",
+        )
 
 
 def rollback(client: RedisClient, key: str | bytes) -> None:

@@ -71,6 +71,8 @@ def swap_command(
         allow_shrink=allow_shrink,
         confirm=confirmer(yes),
     )
+    if result.note is not None:
+        click.echo(f"bloomctl: warning: {result.note}", err=True)
     if output_format == "json":
         emit_json(swap_data(result))
     else:
@@ -86,6 +88,7 @@ def swap_data(result: SwapResult) -> dict[str, object]:
             "shards": result.manifest.shards,
             "replaced": result.replaced,
             "keep_old_seconds": result.keep_old_seconds,
+            "note": result.note,
         }
     replaced = result.replaced[0]
     return {
@@ -97,6 +100,7 @@ def swap_data(result: SwapResult) -> dict[str, object]:
         "previous_items": result.previous_items,
         "old": to_display(result.old) if replaced and result.keep_old_seconds else None,
         "keep_old_seconds": result.keep_old_seconds if replaced else None,
+        "note": result.note,
     }
 
 

@@ -44,7 +44,7 @@ def choose(
     if options.build == "server":
         return Path("server")
     if not build.available():
-        return _server("numpy is not installed (pip install 'redis-bloomctl[fast]')", options)
+        return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", options)
     if backend.name == "redisbloom" and not all(name in server.commands for name in CHUNK_COMMANDS):
         return _server(f"{server.description} lacks BF.SCANDUMP/BF.LOADCHUNK/BF.CARD", options)
     reason = _unsuitable(client, backend, source, targets, options)

@@ -277,4 +277,6 @@ def cut_over(
     )
     report.replaced_active = any(result.replaced)
     report.swapped = True
+    if result.note is not None:
+        log(result.note, {"phase": "swap", "warning": "reply lost"})
     log(f"swapped {report.standby!r} into {report.key!r}", {"phase": "swap"})

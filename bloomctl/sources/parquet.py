@@ -18,7 +18,7 @@ from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_items import items_of
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
 
-INSTALL_HINT = "Parquet sources need pyarrow: pip install 'redis-bloomctl[fast]'"
+INSTALL_HINT = "Parquet sources need pyarrow: pip install '.[fast]' in bloomctl's checkout"
 
 
 class ParquetSource:

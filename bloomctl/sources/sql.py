@@ -17,9 +17,9 @@ from bloomctl.sources import adbc, pgcopy
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
 
 DRIVER_HINTS = {
-    "postgresql": ("postgresql+psycopg", "psycopg", "pip install 'redis-bloomctl[postgresql]'"),
-    "mysql": ("mysql+pymysql", "pymysql", "pip install 'redis-bloomctl[mysql]'"),
-    "mariadb": ("mariadb+pymysql", "pymysql", "pip install 'redis-bloomctl[mysql]'"),
+    "postgresql": ("postgresql+psycopg", "psycopg", "pip install '.[postgresql]' in bloomctl's checkout"),
+    "mysql": ("mysql+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
+    "mariadb": ("mariadb+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
 }
 
 
@@ -66,7 +66,7 @@ class SqlSource:
             try:
                 import sqlalchemy
             except ImportError:
-                raise UsageError("SQL sources need SQLAlchemy: pip install 'redis-bloomctl[sql]'") from None
+                raise UsageError("SQL sources need SQLAlchemy: pip install '.[sql]' in bloomctl's checkout") from None
             try:
                 self._engine = sqlalchemy.create_engine(self.url)
             except ImportError as exc:
