@@ -21,6 +21,7 @@ from bloomctl.client import RedisClient
 from bloomctl.defaults import DEFAULT_LOCK_TTL_MS
 from bloomctl.errors import LockHeld, StateConflict
 from bloomctl.keys import KeyFamily, to_display
+from bloomctl.metadata import check_companions
 
 RENEW_LUA = """
 local value = redis.call('GET', KEYS[1])
@@ -77,6 +78,7 @@ class FilterLock:
     def acquire(self) -> None:
         asked = time.monotonic()
         if not self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
+            check_companions(self.client, [(self.lock_key, "lock")])  # a hash there: not a lock at all
             holder = describe_holder(self.client.get(self.lock_key))
             ttl = self.client.pttl(self.lock_key)
             expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""

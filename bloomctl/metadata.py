@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 
 from bloomctl import __version__
 from bloomctl.client import RedisClient
+from bloomctl.errors import StateConflict
+from bloomctl.keys import to_display
 from bloomctl.planner import Plan
 
 # A rebuild marks its standby "loading" until verified, "failed" when verification found a miss,
@@ -24,6 +26,9 @@ if redis.call('HGET', KEYS[1], 'generation') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])
 return 1
 """
+
+
+OUR_FIELDS = ("created_by", "backend", "error_rate", "capacity", "expansion", "generation", "state")
 
 
 def now_utc() -> str:
@@ -42,6 +47,9 @@ def metadata_for(plan: Plan, backend: str) -> dict[str, str]:
 
 
 def read_metadata(client: RedisClient, meta_key: bytes) -> dict[str, str]:
+    problem = foreign_companion(client, meta_key, "metadata")
+    if problem is not None:
+        raise StateConflict("%r " + problem + ": move that key away (or delete it) first", to_display(meta_key))
     raw = client.hgetall(meta_key)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
 
@@ -49,3 +57,33 @@ def read_metadata(client: RedisClient, meta_key: bytes) -> dict[str, str]:
 def mark_state(client: RedisClient, meta_key: bytes, generation: str, state: str) -> bool:
     """Set ``state`` in a standby's metadata if it still belongs to ``generation``; False otherwise."""
     return bool(client.register_script(MARK_LUA)(keys=[meta_key], args=[generation, state]))
+
+
+def foreign_companion(client: RedisClient, key: bytes, role: str) -> str | None:
+    """What is wrong with a companion key bloomctl is about to overwrite, move or delete (None:
+    nothing; absent is fine). Metadata must be a hash bloomctl wrote (``created_by``), a lock a
+    string: anything else belongs to someone else and is never touched."""  # (metadata: one of OUR_FIELDS)
+    kind = client.type(key)
+    kind = kind if isinstance(kind, bytes) else str(kind).encode()
+    if kind == b"none":
+        return None
+    if role == "metadata":
+        if kind != b"hash":
+            return f"holds a {kind.decode(errors='replace')}, not bloomctl metadata"
+        if not any(value is not None for value in client.hmget(key, OUR_FIELDS)):
+            return "is a hash bloomctl did not write (none of its fields: " + ", ".join(OUR_FIELDS) + ")"
+    elif role == "lock" and kind != b"string":
+        return f"holds a {kind.decode(errors='replace')}, not a bloomctl lock"
+    return None
+
+
+def check_companions(client: RedisClient, keys: list[tuple[bytes, str]]) -> None:
+    """Refuse (exit 5, the key named) when a companion key holds someone else's data."""
+    for key, role in keys:
+        problem = foreign_companion(client, key, role)
+        if problem is not None:
+            raise StateConflict(
+                "%r " + problem + ": bloomctl keeps its %s there; move that key away (or delete it) first",
+                to_display(key),
+                role,
+            )

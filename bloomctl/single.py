@@ -21,7 +21,7 @@ from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageEr
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.manifest import Manifest
 from bloomctl.memory import check_memory
-from bloomctl.metadata import UNFINISHED, metadata_for, read_metadata
+from bloomctl.metadata import UNFINISHED, check_companions, metadata_for, read_metadata
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
 from bloomctl.topology import node_address
@@ -91,11 +91,7 @@ def reserve(
             f"{state.capacity:,}",
             f"{state.items:,}",
         )
-    meta_kind = backends.key_type(client, family.meta)
-    if meta_kind not in (b"none", b"hash"):
-        raise StateConflict(
-            "%r holds %s, not bloomctl metadata", to_display(family.meta), backends.describe_type(meta_kind)
-        )
+    check_family(client, family)
     predicted = chosen.size_bytes(plan)
     if not force:
         check_memory(client, [(family.active, predicted)])
@@ -229,6 +225,22 @@ return 1
 """
 
 
+def check_family(client: RedisClient, family: KeyFamily, standby: bytes | None = None) -> None:
+    """Refuse (exit 5, the key named) when a companion key bloomctl would write, move or delete
+    holds someone else's data: metadata that is not bloomctl's hash, a lock that is not a string,
+    an "old" key that is not a filter (a swap unlinks the old filter)."""
+    standby_meta = standby_meta_key(family, standby if standby is not None else family.standby)
+    roles = [
+        (family.meta, "metadata"),
+        (standby_meta, "metadata"),
+        (family.old_meta, "metadata"),
+        (family.lock, "lock"),
+    ]
+    check_companions(client, roles)
+    if backends.key_type(client, family.old) != b"none":
+        backends.for_key(client, family.old, "old filter")  # WrongType when it is not a filter
+
+
 def standby_meta_key(family: KeyFamily, standby: bytes) -> bytes:
     """A custom standby brings its own metadata key (its ``:meta`` companion); the default one is ours."""
     return family.standby_meta if standby == family.standby else KeyFamily.of(standby).meta
@@ -332,6 +344,7 @@ def prepare_swap(
             family.slot,
             to_display(family.standby),
         )
+    check_family(client, family, standby_key)
     backend = backends.for_key(client, standby_key, "standby")
     state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
     if state in UNFINISHED:
@@ -419,6 +432,7 @@ def swap_under(
 
 def rollback(client: RedisClient, key: str | bytes) -> None:
     family = KeyFamily.of(key)
+    check_family(client, family)
     if backends.key_type(client, family.old) == b"none":
         raise KeyMissing(
             "no old filter %r to roll back to (a swap with `keep_old` seconds keeps one)", to_display(family.old)

@@ -232,3 +232,45 @@ def test_a_sharded_swap_counts_the_shards_really_swapped(target, tmp_path, monke
     again = target.cli("swap", "users", "--yes")
     assert again.exit_code == 0, again.stderr
     assert not target.client.exists(KeyFamily.of("users").lock)
+
+
+@pytest.mark.parametrize(
+    "where, value",
+    [
+        ("meta", "string"),
+        ("meta", "hash"),
+        ("standby:meta", "string"),
+        ("old:meta", "hash"),
+        ("lock", "hash"),
+        ("old", "string"),
+    ],
+)
+def test_someone_elses_data_at_a_companion_key_is_refused_and_kept(target, tmp_path, where, value):
+    """(5) A foreign value at `{k}:meta` was refused by reserve but overwritten by `rebuild --swap`;
+    a lock key holding a hash gave a raw WRONGTYPE (exit 3, the key not named). Every command that
+    would write, move or delete a companion key refuses (exit 5, the key named) and leaves it be."""
+    target.reserve("users", 10_000)
+    target.add("users", ["user:0"])
+    key = f"{{users}}:{where}"
+    if value == "string":
+        target.client.set(key, "someone else's")
+    else:
+        target.client.hset(key, mapping={"owner": "another app"})
+    before = target.client.dump(key)
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\nuser:0\nuser:1\n")
+    commands = [
+        ["rebuild", "users", "--from-csv", str(csv), "-e", "1%", "--swap"],
+        ["swap", "users", "--yes"],
+        ["rollback", "users", "--yes"],
+    ]
+    if where in ("meta", "lock"):
+        commands.append(["reserve", "fresh-" + where, "-c", "100", "-e", "1%"])  # another key: allowed
+    for args in commands:
+        result = target.cli(*args)
+        if args[0] == "reserve":
+            assert result.exit_code == 0, result.stderr
+            continue
+        assert result.exit_code == 5, (args, result.stderr)
+        assert repr(key) in result.stderr and "WRONGTYPE" not in result.stderr, result.stderr
+    assert target.client.dump(key) == before and target.card("users") == 1

@@ -29,6 +29,7 @@ from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, tar
 from bloomctl.rebuild.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
 from bloomctl.rebuild.verify import verify
 from bloomctl.server import ServerInfo
+from bloomctl.single import check_family
 from bloomctl.sources import IncrementalSource, Source
 from bloomctl.sources.base import prefetched
 
@@ -48,11 +49,14 @@ def rebuild(
     started = time.perf_counter()
     log: Events = events or (lambda message, fields: None)
     family = KeyFamily.of(key)
+    check_family(client, family)  # someone else's data at a companion key: refused, never touched
     check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
     if options.batch_size is None:  # the backend's: no add command over 20 ms on the server
         options = replace(options, batch_size=backend.batch_size)
     chosen = targets(client, family.active, the_plan, backend, options)
+    for member in chosen.families:
+        check_family(client, member)
     report = new_report(family, chosen, backend, the_plan, counted, options)
     log_plan(report, chosen, log)
     if options.dry_run:
