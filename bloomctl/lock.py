@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 
 from bloomctl.client import RedisClient
 from bloomctl.defaults import DEFAULT_LOCK_TTL_MS
-from bloomctl.errors import LockHeld, StateConflict
+from bloomctl.errors import LockHeld, StateConflict, UnsupportedServer
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.metadata import check_companions
 
@@ -30,6 +30,8 @@ if value and cjson.decode(value)['token'] == ARGV[1] then
 end
 return 0
 """
+
+PROBE_LUA = "return redis.call('EXISTS', KEYS[1])"  # may this user run scripts on the filter's keys?
 
 RELEASE_LUA = """
 local value = redis.call('GET', KEYS[1])
@@ -76,6 +78,7 @@ class FilterLock:
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
+        self._require_scripting()
         asked = time.monotonic()
         if not self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
             check_companions(self.client, [(self.lock_key, "lock")])  # a hash there: not a lock at all
@@ -86,6 +89,21 @@ class FilterLock:
         self._valid_until = asked + self.ttl_ms / 1000
         self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
         self._thread.start()
+
+    def _require_scripting(self) -> None:
+        """The lock's renewal and release, and everything done under it (marks, the swap), are Lua
+        scripts: a user without them (ACL -@scripting) is told now, before anything is written,
+        not after a whole load."""
+        import redis
+
+        try:
+            self.client.register_script(PROBE_LUA)(keys=[self.lock_key])
+        except redis.exceptions.NoPermissionError as exc:
+            raise UnsupportedServer(
+                "this Redis user may not run Lua scripts (%s): bloomctl's lock, marks and swap are scripts; "
+                "grant +@scripting (EVAL, EVALSHA, SCRIPT) on the filter's keys",
+                str(exc).splitlines()[0],
+            ) from None
 
     def _renew(self) -> None:
         script = self.client.register_script(RENEW_LUA)

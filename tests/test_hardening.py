@@ -274,3 +274,74 @@ def test_someone_elses_data_at_a_companion_key_is_refused_and_kept(target, tmp_p
         assert result.exit_code == 5, (args, result.stderr)
         assert repr(key) in result.stderr and "WRONGTYPE" not in result.stderr, result.stderr
     assert target.client.dump(key) == before and target.card("users") == 1
+
+
+def verified_standby(target, tmp_path):
+    csv = tmp_path / "three.csv"
+    csv.write_text("id,name,email\n1,a,x\n2,b,y\n")
+    first = target.cli("rebuild", "users", "--from-csv", str(csv), "--column", "name", "-c", "100", "-e", "1%")
+    assert first.exit_code == 0, first.stderr
+    return csv
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--column", "5"],
+        ["--template", "{7}"],
+        ["--no-header", "--column", "5"],
+        ["--column", "5", "--build", "server"],
+    ],
+)
+def test_a_column_beyond_the_rows_is_refused_before_the_standby_is_touched(target, tmp_path, args):
+    """(6) `--column 5` / `--template '{7}'` on a 3-column file replaced a verified standby with an
+    empty `loading` one, then exited 8. Now: exit 2, the verified standby as it was."""
+    from bloomctl.metadata import read_metadata
+
+    csv = verified_standby(target, tmp_path)
+    family = KeyFamily.of("users")
+    before = target.client.dump(family.standby)
+    result = target.cli("rebuild", "users", "--from-csv", str(csv), *args)
+    assert result.exit_code == 2 and "the item needs column" in result.stderr, result.stderr
+    assert read_metadata(target.client, family.standby_meta)["state"] == "verified"
+    assert target.client.dump(family.standby) == before
+
+
+def test_a_since_column_the_query_does_not_select_is_refused_up_front(target, sqlite_engine):
+    """(6) A `--since-column` the query does not select failed only after the full load."""
+    import sqlalchemy
+
+    with sqlite_engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE users (email TEXT, updated_at TEXT)"))
+        conn.execute(sqlalchemy.text("INSERT INTO users VALUES ('a@x', '2026-01-01')"))
+    url = sqlite_engine.url.render_as_string(hide_password=False)
+    args = ["--from-sql", "SELECT email FROM users", "--db-url", url, "-c", "100", "-e", "1%"]
+    result = target.cli("rebuild", "users", *args, "--since-column", "updated_at")
+    assert result.exit_code == 2 and "'updated_at' is not a column the query selects" in result.stderr
+    assert "--since-column" in result.stderr and not target.client.exists(KeyFamily.of("users").standby)
+    selected = target.cli(
+        "rebuild", "users", *args[:1], "SELECT email, updated_at FROM users", *args[2:], "--since-column", "UPDATED_AT"
+    )
+    assert selected.exit_code == 0, selected.stderr
+
+
+def test_a_user_without_scripting_is_told_before_anything_is_written(target, tmp_path):
+    """(6) An ACL user without scripting failed only after the whole load."""
+    if target.cluster:
+        pytest.skip("one node's ACL")
+    target.client.execute_command("ACL", "SETUSER", "noscript", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
+    try:
+        csv = tmp_path / "u.csv"
+        csv.write_text("id\nuser:1\n")
+        url = target.url.replace("redis://", "redis://noscript:pw@", 1)
+        for args in (
+            ["rebuild", "users", "--from-csv", str(csv), "-c", "100", "-e", "1%", "--swap"],
+            ["swap", "users", "--yes"],
+        ):
+            result = target.cli(*args, url=url)
+            assert result.exit_code == 4 and "may not run Lua scripts" in result.stderr, result.stderr
+            assert "pw" not in result.stderr.replace("+@scripting", "")
+        family = KeyFamily.of("users")
+        assert not any(target.client.exists(key) for key in (family.standby, family.standby_meta, family.lock))
+    finally:
+        target.client.execute_command("ACL", "DELUSER", "noscript")

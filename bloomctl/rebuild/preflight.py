@@ -45,6 +45,8 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     if options.verify_all and not source.rewindable:
         raise UsageError("`verify_all` reads the source twice: give a file, not stdin")
     source.preflight()
+    if options.since_column and isinstance(source, IncrementalSource):
+        source.check_selected(options.since_column, "since_column")
     check_jobs(source, options)
 
 

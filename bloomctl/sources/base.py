@@ -122,6 +122,10 @@ class IncrementalSource(Source, Protocol):
         """``column``, when it can name the change-time column; a UsageError otherwise."""
         ...
 
+    def check_selected(self, column: str, option: str) -> None:
+        """A UsageError when the rows do not carry ``column`` (named by ``option``); after ``preflight``."""
+        ...
+
     def since(self, column: str, moment: Any) -> IncrementalSource:
         """The rows whose ``column`` is at or after ``moment``."""
         ...

@@ -136,8 +136,16 @@ class CsvSource:
             self._stdin_head = sys.stdin.buffer.read(BLOCK_BYTES)
         stream = self._open()
         try:
-            names, _rest, _lines = self._read_header(self._blocks(stream))
-            ItemFormatter(names, self.column, self.template, self.prefix)
+            names, rest, _lines = self._read_header(self._blocks(stream))
+            fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+            width = len(names) if names is not None else _first_row_width(rest, self.delimiter)
+            if width and fmt.width > width:  # every row would be bad: a usage error, found before any write
+                where = (
+                    f"the header has {width}: " + ", ".join(names)
+                    if names is not None
+                    else f"the first row has {width}"
+                )
+                raise UsageError("the item needs column %s, but %s", fmt.width, where)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError("cannot read %s: %s", self.name, exc) from None
         finally:

@@ -115,6 +115,19 @@ class SqlSource:
         except Exception as exc:
             raise self._error(exc, "the query") from None
         ItemFormatter(names, self.column, self.template, self.prefix)
+        self.selected = names
+
+    selected: list[str] | None = None  # the query's column names, once ``preflight`` has run
+
+    def check_selected(self, column: str, option: str) -> None:
+        """``column`` (of ``option``) must be one the query selects: the catch-up and a split narrow
+        the query by it, which would fail only after the whole load."""
+        if self.selected is not None and column.lower() not in {name.lower() for name in self.selected}:
+            raise UsageError(  # the option is one of ours, so it may sit in the template (read as its flag)
+                "`" + option + "` %r is not a column the query selects (it selects: %s)",
+                column,
+                ", ".join(self.selected),
+            )
 
     def count(self) -> int:
         return int(self._scalar(f"SELECT COUNT(*) FROM ({self.query}) AS bloomctl_count"))
