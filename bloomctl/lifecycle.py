@@ -107,6 +107,7 @@ def swap(
     allow_shrink: bool = False,
     confirm: Confirm | None = None,
     lock: FilterLock | None = None,
+    allow_recipe_change: bool = False,
 ) -> SwapResult:
     """Atomically replace the filter ``key`` with its standby, under the filter's lock.
 
@@ -120,7 +121,16 @@ def swap(
     held = nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap")
     with held as the_lock:
         return _swap_under_lock(
-            client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, confirm, the_lock
+            client,
+            server,
+            key,
+            standby,
+            keep_old_seconds,
+            min_ratio,
+            allow_shrink,
+            allow_recipe_change,
+            confirm,
+            the_lock,
         )
 
 
@@ -132,6 +142,7 @@ def _swap_under_lock(
     keep_old_seconds: float,
     min_ratio: float,
     allow_shrink: bool,
+    allow_recipe_change: bool,
     confirm: Confirm | None,
     lock: FilterLock,
 ) -> SwapResult:
@@ -140,11 +151,26 @@ def _swap_under_lock(
     if manifest is not None:
         if standby is not None:
             raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
-        prepared, done = prepare_sharded_swap(client, server, manifest, min_ratio=min_ratio, allow_shrink=allow_shrink)
+        prepared, done = prepare_sharded_swap(
+            client,
+            server,
+            manifest,
+            min_ratio=min_ratio,
+            allow_shrink=allow_shrink,
+            allow_recipe_change=allow_recipe_change,
+        )
         _confirmed(confirm, f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?")
         members, note = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
         return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest, note)
-    plan = prepare_swap(client, server, family.active, standby=standby, min_ratio=min_ratio, allow_shrink=allow_shrink)
+    plan = prepare_swap(
+        client,
+        server,
+        family.active,
+        standby=standby,
+        min_ratio=min_ratio,
+        allow_shrink=allow_shrink,
+        allow_recipe_change=allow_recipe_change,
+    )
     previous = plan.active_state.items if plan.active_state else None
     _confirmed(
         confirm,

@@ -7,6 +7,7 @@ bloomctl version) and, for a standby, the state of the rebuild writing it: a sta
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from bloomctl import __version__
@@ -29,6 +30,24 @@ return 1
 
 
 OUR_FIELDS = ("created_by", "backend", "error_rate", "capacity", "expansion", "generation", "state")
+RECIPE = "recipe"  # how a rebuild built its items: JSON of the source's kind, column, template and prefix
+
+
+def recipe_field(recipe: dict[str, object]) -> str:
+    return json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+
+
+def describe_recipe(field: str) -> str:
+    """A recorded recipe as a person reads it: ``csv, column email, prefix 'user:'``."""
+    try:
+        recipe = json.loads(field)
+    except ValueError:
+        return repr(field)
+    if not isinstance(recipe, dict):
+        return repr(field)
+    parts = [str(recipe.get("source", "?"))]
+    parts += [f"{name} {recipe[name]!r}" for name in ("column", "template", "prefix") if recipe.get(name) is not None]
+    return ", ".join(parts)
 
 
 def now_utc() -> str:

@@ -180,7 +180,13 @@ def describe_sharded(client: RedisClient, manifest: Manifest, *, exact: bool = F
 
 
 def prepare_sharded_swap(
-    client: RedisClient, server: ServerInfo, manifest: Manifest, *, min_ratio: float, allow_shrink: bool
+    client: RedisClient,
+    server: ServerInfo,
+    manifest: Manifest,
+    *,
+    min_ratio: float,
+    allow_shrink: bool,
+    allow_recipe_change: bool = False,
 ) -> tuple[list[SwapPlan], int]:
     """Every pending member's checked swap, and how many members an earlier, interrupted swap
     already finished (no standby left, and the same rebuild generation as the remaining ones)."""
@@ -194,7 +200,17 @@ def prepare_sharded_swap(
         if len(generations) != 1 or None in generations or finished != generations:
             missing = ", ".join(to_display(f.standby) for f in done)
             raise StateConflict("the standby of %s shard(s) does not exist: %s", len(done), missing)
-    prepared = [prepare_swap(client, server, f.active, min_ratio=min_ratio, allow_shrink=allow_shrink) for f in pending]
+    prepared = [
+        prepare_swap(
+            client,
+            server,
+            f.active,
+            min_ratio=min_ratio,
+            allow_shrink=allow_shrink,
+            allow_recipe_change=allow_recipe_change,
+        )
+        for f in pending
+    ]
     if not prepared:
         raise StateConflict("no shard of %r has a standby to swap in", to_display(manifest.key))
     return prepared, len(done)

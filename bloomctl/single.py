@@ -21,7 +21,7 @@ from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageEr
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.manifest import Manifest
 from bloomctl.memory import check_memory
-from bloomctl.metadata import UNFINISHED, check_companions, metadata_for, read_metadata
+from bloomctl.metadata import RECIPE, UNFINISHED, check_companions, describe_recipe, metadata_for, read_metadata
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
 from bloomctl.topology import node_address
@@ -311,6 +311,20 @@ def _counted(backend: Backend, client: RedisClient, key: bytes) -> FilterState:
     return replace(backend.info(client, key, with_header=False), items=backend.card(client, key))
 
 
+def check_recipe(active: dict[str, str], standby: dict[str, str]) -> None:
+    """The standby's items must be built as the active filter's were (the source's kind, column,
+    template and prefix): built otherwise, every lookup the application makes the old way misses.
+    Filters whose metadata records no recipe (made by `reserve`, or by bloomctl before 0.2) pass."""
+    was, now = active.get(RECIPE), standby.get(RECIPE)
+    if was is not None and now is not None and was != now:
+        raise StateConflict(
+            "the standby's items are built differently from the active filter's (%s, was %s): every lookup "
+            "built the old way would miss; pass `allow_recipe_change` if the application changed too",
+            describe_recipe(now),
+            describe_recipe(was),
+        )
+
+
 def check_min_ratio(min_ratio: float) -> float:
     """The shrink guard's threshold: a number >= 0 (a NaN would make every comparison false, and
     the guard would let anything through)."""
@@ -327,6 +341,7 @@ def prepare_swap(
     standby: str | bytes | None = None,
     min_ratio: float = DEFAULT_MIN_RATIO,
     allow_shrink: bool = False,
+    allow_recipe_change: bool = False,
 ) -> SwapPlan:
     check_min_ratio(min_ratio)
     family = KeyFamily.of(key)
@@ -364,6 +379,8 @@ def prepare_swap(
                 active_backend.name,
             )
         active_state = _counted(backend, client, family.active)
+    if active_state is not None and not allow_recipe_change:
+        check_recipe(read_metadata(client, family.meta), read_metadata(client, standby_meta_key(family, standby_key)))
     result = SwapPlan(family, standby_key, backend, standby_state, active_state)
     ratio = result.shrink_ratio
     if active_state is not None and ratio is not None and ratio < min_ratio and not allow_shrink:

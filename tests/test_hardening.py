@@ -345,3 +345,32 @@ def test_a_user_without_scripting_is_told_before_anything_is_written(target, tmp
         assert not any(target.client.exists(key) for key in (family.standby, family.standby_meta, family.lock))
     finally:
         target.client.execute_command("ACL", "DELUSER", "noscript")
+
+
+def test_items_built_otherwise_are_never_swapped_in_silently(target, tmp_path):
+    """(7) A rebuild with a different --prefix swapped in cleanly and every lookup then missed.
+    The recipe (source kind, column, template, prefix) is recorded; a change is refused (exit 5)
+    unless --allow-recipe-change, by the rebuild (before loading) and by the swap."""
+    from bloomctl.metadata import read_metadata
+
+    csv = tmp_path / "u.csv"
+    csv.write_text("id,email\n" + "".join(f"{i},u{i}@x\n" for i in range(200)))
+    base = ["rebuild", "users", "--from-csv", str(csv), "--column", "id", "-c", "1000", "-e", "1%"]
+    assert target.cli(*base, "--prefix", "user:", "--swap").exit_code == 0
+    recorded = json.loads(read_metadata(target.client, KeyFamily.of("users").meta)["recipe"])
+    assert recorded == {"source": "csv", "column": "id", "template": None, "prefix": "user:"}
+    changed = target.cli(*base, "--prefix", "u:", "--swap")
+    assert changed.exit_code == 5 and "built differently" in changed.stderr, changed.stderr
+    assert (
+        "prefix 'u:'" in changed.stderr
+        and "prefix 'user:'" in changed.stderr
+        and "--allow-recipe-change" in changed.stderr
+    )
+    assert not target.client.exists(KeyFamily.of("users").standby)  # refused before anything was written
+    assert target.cli(*base, "--prefix", "u:", "--allow-recipe-change").exit_code == 0  # built, not swapped
+    swap = target.cli("swap", "users", "--yes")
+    assert swap.exit_code == 5 and "built differently" in swap.stderr
+    assert target.cli("swap", "users", "--yes", "--allow-recipe-change").exit_code == 0
+    assert all(target.backend.mexists(target.client, b"users", [b"u:0", b"u:199"]))
+    same = target.cli(*base, "--prefix", "u:", "--swap")
+    assert same.exit_code == 0, same.stderr

@@ -43,6 +43,7 @@ def swap_command(
     keep_old: float,
     min_ratio: float,
     allow_shrink: bool,
+    allow_recipe_change: bool,
     yes: bool,
     output_format: str,
 ) -> None:
@@ -69,6 +70,7 @@ def swap_command(
         keep_old_seconds=keep_old,
         min_ratio=min_ratio,
         allow_shrink=allow_shrink,
+        allow_recipe_change=allow_recipe_change,
         confirm=confirmer(yes),
     )
     if result.note is not None:

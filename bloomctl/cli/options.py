@@ -163,6 +163,11 @@ def expansion_for(backend: str, expansion: int | None, nonscaling: bool) -> int 
 
 def swap_guard_options(f: F) -> F:
     """--keep-old, --min-ratio, --allow-shrink: how a swap treats the replaced filter, and its shrink guard."""
+    f = click.option(
+        "--allow-recipe-change",
+        is_flag=True,
+        help="Swap in items built otherwise (source kind, column, template, prefix) than the active filter's.",
+    )(f)
     f = click.option("--allow-shrink", is_flag=True, help="Swap even when the standby is below --min-ratio.")(f)
     f = click.option(
         "--min-ratio",

@@ -43,6 +43,7 @@ class RebuildOptions:
     keep_old: float = 0.0
     min_ratio: float = DEFAULT_MIN_RATIO
     allow_shrink: bool = False
+    allow_recipe_change: bool = False  # swap in items built otherwise than the active filter's
     dry_run: bool = False
     force: bool = False  # skip the free-memory check
     shards: int | None = None  # a new sharded filter with this many members (an existing one keeps its count)

@@ -20,7 +20,7 @@ from bloomctl.keys import KeyFamily, to_display
 from bloomctl.loader import Progress, over_capacity
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
-from bloomctl.metadata import FAILED, LOADED, VERIFIED
+from bloomctl.metadata import FAILED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
 from bloomctl.planner import Plan
 from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
@@ -29,9 +29,9 @@ from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, tar
 from bloomctl.rebuild.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
 from bloomctl.rebuild.verify import verify
 from bloomctl.server import ServerInfo
-from bloomctl.single import check_family
+from bloomctl.single import check_family, check_recipe
 from bloomctl.sources import IncrementalSource, Source
-from bloomctl.sources.base import prefetched
+from bloomctl.sources.base import prefetched, recipe_of
 
 
 def rebuild(
@@ -57,6 +57,9 @@ def rebuild(
     chosen = targets(client, family.active, the_plan, backend, options)
     for member in chosen.families:
         check_family(client, member)
+    recipe = recipe_field(recipe_of(source))
+    if not options.allow_recipe_change:  # refused now, not after the load: the swap would refuse it
+        check_recipe(read_metadata(client, chosen.families[0].meta), {RECIPE: recipe})
     report = new_report(family, chosen, backend, the_plan, counted, options)
     log_plan(report, chosen, log)
     if options.dry_run:
@@ -65,7 +68,7 @@ def rebuild(
         report.source = source.stats
     else:
         with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
-            standbys = prepare_standbys(client, backend, chosen, lock, options, report, log)
+            standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
             try:
                 since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
                 reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
@@ -277,6 +280,7 @@ def cut_over(
         keep_old_seconds=options.keep_old,
         min_ratio=options.min_ratio,
         allow_shrink=options.allow_shrink,
+        allow_recipe_change=options.allow_recipe_change,
         lock=lock,
     )
     report.replaced_active = any(result.replaced)

@@ -19,7 +19,7 @@ from bloomctl.errors import OutOfMemory, StateConflict
 from bloomctl.keys import to_display
 from bloomctl.lock import FilterLock
 from bloomctl.memory import check_memory
-from bloomctl.metadata import LOADING, mark_state, metadata_for
+from bloomctl.metadata import LOADING, RECIPE, mark_state, metadata_for
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.preflight import Targets
 
@@ -77,8 +77,10 @@ def prepare_standbys(
     options: RebuildOptions,
     report: RebuildReport,
     log: Events,
+    recipe: str | None = None,
 ) -> Standbys:
-    """Replace stale standbys with new, empty ones marked ``loading``; returns them for marking."""
+    """Replace stale standbys with new, empty ones marked ``loading`` (recording ``recipe``, how
+    the items are built); returns them for marking."""
     replaced, freed = 0, {}
     for member in targets.families:
         if backends.key_type(client, member.standby) != b"none":
@@ -96,6 +98,8 @@ def prepare_standbys(
         )
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
+    if recipe is not None:
+        meta[RECIPE] = recipe
     for member in targets.families:
         leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
         client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))

@@ -25,6 +25,18 @@ def is_arrow(batch: Batch) -> bool:
     return hasattr(batch, "buffers") and hasattr(batch, "type")
 
 
+def recipe_of(source: Any) -> dict[str, object]:
+    """How a source builds its items: its kind and its column, template and prefix (what the
+    metadata records, so a swap can refuse items built otherwise than the active filter's)."""
+    kinds = {"CsvSource": "csv", "SqlSource": "sql", "ParquetSource": "parquet"}
+    kind = next((kinds[c.__name__] for c in type(source).__mro__ if c.__name__ in kinds), type(source).__name__)
+    recipe: dict[str, object] = {"source": kind}  # (a subclass of a CSV source reads CSV)
+    for name in ("column", "template", "prefix"):
+        value = getattr(source, name, None)
+        recipe[name] = value if value not in ("", b"") else None
+    return recipe
+
+
 def item_list(batch: Batch) -> list[bytes]:
     """The items of a batch as Python bytes (what the server path sends)."""
     if not is_arrow(batch):
