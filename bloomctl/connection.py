@@ -44,6 +44,23 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
+def check_userinfo(url: str) -> None:
+    """A user or password holding ``/``, ``?`` or ``#`` unencoded ends the URL's host part early: the
+    client would connect to another host (localhost) with part of the password. Refused, without
+    echoing any part of it."""
+    scheme, sep, rest = url.partition("://")
+    at = rest.rfind("@")
+    if sep and at != -1 and any(char in rest[:at] for char in "/?#"):
+        raise UsageError(
+            "the `url`'s user or password holds / ? or # unencoded, which ends the host part early "
+            "(%s://***@%s): percent-encode them (/ is %%2F, ? %%3F, # %%23, @ %%40, : %%3A), or pass the "
+            "password in %s or `password_file`",
+            scheme,
+            rest[at + 1 :],
+            PASSWORD_ENV,
+        )
+
+
 def _url_password(url: str) -> str | None:
     """The password part of a URL, read the same raw way ``redact_url`` reads it."""
     rest = url.partition("://")[2]
@@ -83,6 +100,7 @@ class ConnectionSettings:
         return redact_url(self.url)
 
     def client_kwargs(self) -> dict[str, Any]:
+        check_userinfo(self.url)
         try:
             parts = urlsplit(self.url)
             has_password = bool(parts.password)

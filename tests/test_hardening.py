@@ -374,3 +374,22 @@ def test_items_built_otherwise_are_never_swapped_in_silently(target, tmp_path):
     assert all(target.backend.mexists(target.client, b"users", [b"u:0", b"u:199"]))
     same = target.cli(*base, "--prefix", "u:", "--swap")
     assert same.exit_code == 0, same.stderr
+
+
+@pytest.mark.parametrize("password", ["Sekr1t/Xyz9", "Sekr1t#Xyz9", "Sekr1t?Xyz9", "Sekr1t/Xyz9#Qq7"])
+def test_a_password_that_breaks_the_url_is_refused_without_a_trace_of_it(cli_plain, plain, password):
+    """(8) A password holding an unencoded / # or ? leaked its first part in the URL error, and the
+    client connected to another host. Refused (exit 2) with percent-encoding advice; no fragment
+    of the password anywhere."""
+    from urllib.parse import quote
+
+    host = plain.url.split("//", 1)[1]
+    result = cli_plain("info", "users", url=f"redis://:{password}@{host}")
+    assert result.exit_code == 2 and "percent-encode" in result.stderr, result.stderr
+    for fragment in ("Sekr1t", "Xyz9", "Qq7"):
+        assert fragment not in result.stdout + result.stderr
+    encoded = cli_plain("info", "users", url=f"redis://:{quote(password, safe='')}@{host}")
+    assert (
+        encoded.exit_code != 2 and "percent-encode" not in encoded.stderr
+    )  # reaches the server (no password set there)
+    assert "Sekr1t" not in encoded.stdout + encoded.stderr
