@@ -28,7 +28,13 @@ class ExitCode(IntEnum):
     VERIFY_FAILED = 7  # a verification step found a missing item
     SOURCE = 8  # the data source is unreadable or malformed
     INTERNAL = 70  # a bug: please report it
-    INTERRUPTED = 130  # Ctrl-C
+    INTERRUPTED = 130  # Ctrl-C (SIGINT)
+    TERMINATED = 143  # SIGTERM (what systemd, Kubernetes and `timeout` send)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that the same cleanup runs (the lock is
+    released, an unfinished standby marked), then exit 143."""
 
 
 class BloomctlError(Exception):

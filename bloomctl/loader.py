@@ -83,6 +83,8 @@ class _Target:
 
     def send(self, batch: list[bytes]) -> None:
         loader = self.loader
+        if loader.check is not None:
+            loader.check()
         loader.throttle()
         command = loader.backend.madd_command(loader.client, self.key, batch)
         if loader.pack is not None:
@@ -117,6 +119,7 @@ class Loader:
         progress: Progress | None = None,
         max_rate: float | None = None,
         limit: int | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
         if window < 1:
             raise ValueError("window must be at least 1")
@@ -126,6 +129,7 @@ class Loader:
         self.progress = progress
         self.max_rate = max_rate  # items per second at most (a shared production server)
         self.limit = limit  # new items a key may take (a filter that never grows), or None
+        self.check = check  # raises when the writer must stop (its lock is lost): called before every batch
         self.started = 0.0
         self.pack = _packer()
         self.stats = LoadStats(per_key=[0] * len(self.keys))

@@ -31,6 +31,7 @@ end
 return 0
 """
 
+HELD_CHECK_SECONDS = 0.1  # at most 10 GETs a second: a taken lock stops the writer within 0.1 s
 PROBE_LUA = "return redis.call('EXISTS', KEYS[1])"  # may this user run scripts on the filter's keys?
 
 RELEASE_LUA = """
@@ -74,6 +75,7 @@ class FilterLock:
         )
         self.lost = threading.Event()
         self._valid_until = float("inf")  # not acquired yet: nothing to lose
+        self._held_checked = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -124,6 +126,16 @@ class FilterLock:
             self.lost.set()
         if self.lost.is_set():
             raise StateConflict("lost the lock on %r (it expired): nothing swapped", to_display(self.family.active))
+
+    def check_writing(self) -> None:
+        """Before each write of a long run: ``check`` (local), and the server's word (``check_held``)
+        at most every ``HELD_CHECK_SECONDS``: a writer whose lock was lost or taken stops at once,
+        instead of writing on into the standby of the run that took it."""
+        self.check()
+        now = time.monotonic()
+        if now - self._held_checked >= HELD_CHECK_SECONDS:
+            self._held_checked = now
+            self.check_held()
 
     def check_held(self) -> None:
         """Ask the server now (not the renewal thread's last look) whether the lock is still ours."""

@@ -19,7 +19,8 @@ from bloomctl.planner import Plan
 # A rebuild marks its standby "loading" until verified, "failed" when verification found a miss,
 # then "verified" (or "loaded" when verification was turned off).
 LOADING, FAILED, VERIFIED, LOADED = "loading", "failed", "verified", "loaded"
-UNFINISHED = (LOADING, FAILED)
+INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM stopped the rebuild
+UNFINISHED = (LOADING, FAILED, INTERRUPTED)
 
 # Set a standby's state only if its metadata still carries this run's generation.
 MARK_LUA = """

@@ -393,3 +393,144 @@ def test_a_password_that_breaks_the_url_is_refused_without_a_trace_of_it(cli_pla
         encoded.exit_code != 2 and "percent-encode" not in encoded.stderr
     )  # reaches the server (no password set there)
     assert "Sekr1t" not in encoded.stdout + encoded.stderr
+
+
+def start_rebuild(target, tmp_path, *extra: str, env: dict | None = None):
+    """A slow rebuild (server path, 20,000 items/s; ``extra`` options added) in its own process;
+    returns once it loads."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from bloomctl.metadata import read_metadata
+
+    csv = tmp_path / "big.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(400_000)))
+    args = ["--from-csv", str(csv), "-c", "1M", "-e", "1%", "--build", "server", "--max-rate", "20000", "--swap"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bloomctl", "--url", target.url, "rebuild", "users", *args, *extra, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    family = KeyFamily.of("users")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if (
+            target.client.exists(family.standby)
+            and read_metadata(target.client, family.standby_meta).get("state") == "loading"
+        ):
+            time.sleep(0.3)
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(proc.communicate())
+
+
+@pytest.mark.parametrize(
+    "signals, code", [(["SIGTERM"], 143), (["SIGINT", "SIGINT"], 130), (["SIGTERM", "SIGTERM"], 143)]
+)
+def test_sigterm_and_a_double_ctrl_c_stop_cleanly(target, tmp_path, signals, code):
+    """(9) SIGTERM killed the run silently (no line, the lock held ~30 s, the standby `loading`, a
+    retry exited 6); a double Ctrl-C also left the lock held. Now: one line, the lock released, the
+    standby marked `interrupted` (never swapped), exit 143 (130 for Ctrl-C); a retry runs."""
+    import signal
+    import time
+
+    from bloomctl.metadata import read_metadata
+
+    target.reserve("users", 10_000)
+    target.add("users", ["user:0"])
+    proc = start_rebuild(target, tmp_path)
+    for name in signals:
+        proc.send_signal(getattr(signal, name))
+        time.sleep(0.05)
+    _out, err = proc.communicate(timeout=30)
+    lines = [line for line in err.decode().splitlines() if line.startswith("bloomctl: error")]
+    assert proc.returncode == code and len(lines) == 1, err.decode()
+    assert ("terminated (SIGTERM)" if code == 143 else "interrupted") in lines[0]
+    family = KeyFamily.of("users")
+    assert not target.client.exists(family.lock)
+    assert read_metadata(target.client, family.standby_meta)["state"] == "interrupted"
+    assert target.card("users") == 1  # the active filter as it was
+    assert target.cli("swap", "users", "--yes").exit_code == 5  # an interrupted standby is never swapped in
+
+
+def test_ctrl_c_cancels_the_postgresql_query(target, pg_engine):
+    """(9) After Ctrl-C the PostgreSQL query kept running on the server. It is cancelled."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import sqlalchemy
+
+    url = pg_engine.url.render_as_string(hide_password=False)
+    query = "SELECT v::text AS v FROM (SELECT 1 AS v, pg_sleep(60) AS pause) AS slow /* bloomctl-cancel-test */"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bloomctl",
+            "--url",
+            target.url,
+            "rebuild",
+            "users",
+            "--from-sql",
+            query,
+            "--db-url",
+            url,
+            "-c",
+            "100",
+            "-e",
+            "1%",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+    def running() -> int:
+        with pg_engine.connect() as conn:
+            return conn.execute(
+                sqlalchemy.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%bloomctl-cancel-test%' AND pid <> pg_backend_pid()"
+                )
+            ).scalar_one()
+
+    deadline = time.monotonic() + 20
+    while running() == 0:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err.decode()
+    deadline = time.monotonic() + 5
+    while running():
+        assert time.monotonic() < deadline, "the query still runs on the server"
+        time.sleep(0.1)
+
+
+def test_a_run_that_lost_its_lock_stops_writing_at_once(target, tmp_path):
+    """(10) A rebuild whose lock was taken kept writing into its successor's standby (all 400,000
+    items here). It looks at the lock on the server before each batch at most every 0.1 s and
+    stops (exit 5, "lost the lock"): the successor's standby gets at most the batches of that
+    tenth of a second (a lock that expired for want of renewals stops it before anyone can take it)."""
+    import time
+
+    from bloomctl.backends import get
+    from bloomctl.planner import plan as make_plan
+
+    proc = start_rebuild(target, tmp_path, "--batch-size", "1000", "--window", "1")
+    family = KeyFamily.of("users")
+    target.client.set(family.lock, json.dumps({"token": "successor", "command": "another run"}), px=60_000)
+    target.client.unlink(family.standby)  # the successor's new, empty standby
+    backend = get(target.backend.name)
+    backend.reserve(target.client, family.standby, make_plan(1_000_000, 0.01, None if backend.name == "bitmap" else 2))
+    started = time.monotonic()
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 5 and "lost the lock" in err.decode(), err.decode()
+    assert time.monotonic() - started < 5
+    time.sleep(0.2)
+    assert target.card(family.standby) <= 3000  # 0.1 s at 20,000 items/s, and the batch in flight

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -13,7 +14,7 @@ from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number
 from bloomctl.cli.render import to_flags
 from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT, PASSWORD_ENV, URL_ENV
-from bloomctl.errors import BloomctlError, ExitCode
+from bloomctl.errors import BloomctlError, ExitCode, Terminated
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -33,8 +34,10 @@ class BloomctlGroup(click.Group):
             return super().invoke(ctx)
         except BloomctlError as exc:
             _fail(exc.exit_code, exc.render(to_flags))
+        except Terminated:
+            _fail(ExitCode.TERMINATED, "terminated (SIGTERM); the filter's lock is released")
         except KeyboardInterrupt:
-            _fail(ExitCode.INTERRUPTED, "interrupted")
+            _fail(ExitCode.INTERRUPTED, "interrupted; the filter's lock is released")
         except Exception as exc:
             if not _is_redis_error(exc):
                 raise
@@ -56,6 +59,7 @@ class BloomctlGroup(click.Group):
         """Click's own handling, except that every error is one line: ``bloomctl: error: ...``."""
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
+        previous = _catch_signals()
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
@@ -74,7 +78,56 @@ class BloomctlGroup(click.Group):
             traceback.print_exc(file=sys.stderr)
             click.echo(f"bloomctl: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
             sys.exit(ExitCode.INTERNAL)
+        finally:
+            _restore_signals(previous)
         sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+
+_stopping = [0]  # signals received: the first stops the command, the cleanup runs to its end
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    """SIGINT and SIGTERM: cancel running database queries (they would run on in the server),
+    then raise in the main thread, so every cleanup runs (the lock released, an unfinished standby
+    marked). A second signal during that cleanup is ignored (a double Ctrl-C left the lock held);
+    a third quits at once (the lock then expires by itself)."""
+    import signal
+
+    _stopping[0] += 1
+    if _stopping[0] == 2:
+        click.echo("bloomctl: stopping: releasing the lock (once more to quit at once)", err=True)
+        return
+    if _stopping[0] > 2:
+        os._exit(ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
+    base = sys.modules.get("bloomctl.sources.base")
+    if base is not None:
+        base.cancel_running()
+    if signum == signal.SIGTERM:
+        raise Terminated()
+    raise KeyboardInterrupt()
+
+
+def _catch_signals() -> dict[int, Any]:
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    _stopping[0] = 0
+    return {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore_signals(previous: dict[int, Any]) -> None:
+    """Put back the caller's handlers; not once a signal came (the process is exiting on it: a
+    second one must not kill it half-way through its exit, and change its exit code)."""
+    import signal
+
+    if _stopping[0]:  # ignored from here to the exit (Python's own shutdown would restore the defaults)
+        for signum in previous:
+            signal.signal(signum, signal.SIG_IGN)
+        return
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 @click.group(cls=BloomctlGroup, context_settings=CONTEXT_SETTINGS)
@@ -116,7 +169,8 @@ def main(ctx: click.Context, **connection: Any) -> None:
 
     \b
     Exit codes: 0 ok, 1 check failed, 2 usage, 3 connection/server, 4 unsupported server,
-    5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error.
+    5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error,
+    130 interrupted, 143 terminated (SIGTERM).
     """
     app = AppContext(**connection)
     ctx.obj = app

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,6 +52,7 @@ def load(
     reservoir: Sample | None = None,
     progress: Progress | None = None,
     limit: int | None = None,
+    check: Callable[[], None] | None = None,
 ) -> LoadStats:
     loader = Loader(
         client,
@@ -62,6 +63,7 @@ def load(
         progress=progress,
         max_rate=options.max_rate,
         limit=limit,
+        check=check,
     )
     return loader.load(sampled(batches, reservoir))
 
@@ -75,13 +77,14 @@ def catch_up(
     options: RebuildOptions,
     reservoir: Sample | None,
     log: Events,
+    check: Callable[[], None] | None = None,
 ) -> tuple[LoadStats, int]:
     """Load the rows changed since ``since`` minus the skew; returns the load and the rows read."""
     assert options.since_column is not None
     moment = since - timedelta(seconds=options.catchup_skew)
     recent = source.since(options.since_column, moment)
     log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
-    stats = load(client, backend, standbys, recent.batches(options.batch), options, reservoir=reservoir)
+    stats = load(client, backend, standbys, recent.batches(options.batch), options, reservoir=reservoir, check=check)
     return stats, recent.stats.items
 
 

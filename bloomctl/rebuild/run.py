@@ -6,6 +6,7 @@ under the filter's lock. A failure at any step leaves the active filter untouche
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -20,7 +21,7 @@ from bloomctl.keys import KeyFamily, to_display
 from bloomctl.loader import Progress, over_capacity
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
-from bloomctl.metadata import FAILED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
+from bloomctl.metadata import FAILED, INTERRUPTED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
 from bloomctl.planner import Plan
 from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
@@ -74,6 +75,10 @@ def rebuild(
                 reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
                 verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
                 cut_over(client, server, family, backend, chosen, lock, options, report, log)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so in the metadata, then stop
+                with contextlib.suppress(Exception):
+                    standbys.mark(INTERRUPTED)
+                raise
             except Exception as exc:
                 if not is_out_of_memory(exc):
                     raise
@@ -140,7 +145,17 @@ def load_all(
     else:
         batches = prefetched(source.batches(options.batch))
         limit = growth_limit(backend, standbys)
-        report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress, limit=limit)
+        report.load = load(
+            client,
+            backend,
+            keys,
+            batches,
+            options,
+            reservoir=reservoir,
+            progress=progress,
+            limit=limit,
+            check=standbys.lock.check_writing,
+        )
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -153,7 +168,9 @@ def load_all(
         raise SourceError("%s yielded no items: refusing to build an empty filter", source.description)
     standbys.lock.check()
     if since is not None and isinstance(source, IncrementalSource):
-        report.catchup, report.catchup_rows = catch_up(client, backend, keys, source, since, options, reservoir, log)
+        report.catchup, report.catchup_rows = catch_up(
+            client, backend, keys, source, since, options, reservoir, log, standbys.lock.check_writing
+        )
         standbys.lock.check()
     check_fill(client, backend, standbys, log)
     return reservoir
@@ -212,7 +229,17 @@ def build_in_client(
     batches = prefetched(source.batches(options.batch))
     keys = standbys.targets.standbys
     limit = growth_limit(backend, standbys)
-    report.load = load(client, backend, keys, batches, options, reservoir=reservoir, progress=progress, limit=limit)
+    report.load = load(
+        client,
+        backend,
+        keys,
+        batches,
+        options,
+        reservoir=reservoir,
+        progress=progress,
+        limit=limit,
+        check=standbys.lock.check_writing,
+    )
     return reservoir
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bloomctl.sources.arrow_items import items_of
-from bloomctl.sources.base import ItemFormatter, SourceStats
+from bloomctl.sources.base import ItemFormatter, SourceStats, cancellable
 
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 EXACT_TYPES = TEXT_TYPES | {"int2", "int4", "int8", "bytea", "bool"}
@@ -67,15 +67,16 @@ def batches(connection: Any, query: str, names: list[str], fmt: ItemFormatter, s
     select = ", ".join(f"c{i}" for i in sorted(set(wanted)))
     with connection.cursor() as cursor:
         cursor.adbc_statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)})
-        cursor.execute(f"SELECT {select} FROM ({query}) AS {positional(len(names))}")
-        for batch in cursor.fetch_record_batch():
-            columns = [_render(batch.column(f"c{i}")) for i in wanted]
-            items, blank = items_of(columns, fmt)
-            stats.rows += batch.num_rows
-            stats.blank += blank
-            stats.items += len(items)
-            if len(items):
-                yield items
+        with cancellable(cursor.adbc_cancel):  # Ctrl-C or SIGTERM stops the query on the server too
+            cursor.execute(f"SELECT {select} FROM ({query}) AS {positional(len(names))}")
+            for batch in cursor.fetch_record_batch():
+                columns = [_render(batch.column(f"c{i}")) for i in wanted]
+                items, blank = items_of(columns, fmt)
+                stats.rows += batch.num_rows
+                stats.blank += blank
+                stats.items += len(items)
+                if len(items):
+                    yield items
 
 
 def positional(width: int) -> str:

@@ -10,7 +10,8 @@ rebuild's catch-up.
 from __future__ import annotations
 
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -23,6 +24,43 @@ Batch = Any  # a list of bytes, or an Arrow binary array (sources read through A
 
 def is_arrow(batch: Batch) -> bool:
     return hasattr(batch, "buffers") and hasattr(batch, "type")
+
+
+_RUNNING: dict[int, Callable[[], object]] = {}  # queries running now: how to cancel each
+
+
+@contextmanager
+def cancellable(cancel: Callable[[], object]) -> Iterator[None]:
+    """While the block runs, ``cancel_running`` can stop its query (a database's own cancel)."""
+    token = object()
+    _RUNNING[id(token)] = cancel
+    try:
+        yield
+    finally:
+        _RUNNING.pop(id(token), None)
+
+
+def cancel_running() -> int:
+    """Ask every running query to stop on its server (Ctrl-C, SIGTERM: a query left running would
+    go on for as long as it takes); returns how many were asked."""
+    asked = 0
+    for cancel in list(_RUNNING.values()):
+        try:
+            cancel()
+            asked += 1
+        except Exception:  # best effort: the process is stopping anyway
+            continue
+    return asked
+
+
+def dbapi_cancel(connection: Any) -> Callable[[], object] | None:
+    """The cancel of a DB-API connection, where its driver has one (psycopg: cancel_safe/cancel,
+    sqlite3: interrupt); None otherwise (PyMySQL has none)."""
+    for name in ("cancel_safe", "cancel", "interrupt"):
+        method = getattr(connection, name, None)
+        if callable(method):
+            return method
+    return None
 
 
 def recipe_of(source: Any) -> dict[str, object]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bloomctl.errors import SourceError
-from bloomctl.sources.base import ItemFormatter, SourceStats
+from bloomctl.sources.base import ItemFormatter, SourceStats, cancellable, dbapi_cancel
 
 # PostgreSQL type OIDs whose COPY text form equals str() of the value psycopg returns:
 # text, varchar, bpchar, name, int2, int4, int8, uuid.
@@ -63,7 +63,10 @@ def copy_batches(
     select = f"SELECT c{index} FROM ({query}) AS {positional(width)}"  # by position: names may repeat
     conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     # UTF8 whatever the URL or PGCLIENTENCODING say: items are stored as UTF-8, as on the cursor path
-    with psycopg.connect(conninfo, autocommit=True, client_encoding="UTF8") as raw:
+    with (
+        psycopg.connect(conninfo, autocommit=True, client_encoding="UTF8") as raw,
+        cancellable(dbapi_cancel(raw) or _nothing),
+    ):
         pgconn = raw.pgconn
         pgconn.send_query(f"COPY ({select}) TO STDOUT".encode())
         result = pgconn.get_result()
@@ -85,6 +88,10 @@ def copy_batches(
         while (result := pgconn.get_result()) is not None:
             if result.status == pq.ExecStatus.FATAL_ERROR:
                 raise SourceError("COPY failed: %s", result.error_message.decode(errors="replace").strip())
+
+
+def _nothing() -> None:
+    return None
 
 
 def copy_items(rows: list[Any], prefix: bytes, stats: SourceStats) -> Iterator[list[bytes]]:

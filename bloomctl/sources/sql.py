@@ -14,7 +14,7 @@ from typing import Any
 from bloomctl.connection import redact_url
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources import adbc, pgcopy
-from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
+from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, cancellable, dbapi_cancel, item_list
 
 DRIVER_HINTS = {
     "postgresql": ("postgresql+psycopg", "psycopg", "pip install '.[postgresql]' in bloomctl's checkout"),
@@ -230,7 +230,7 @@ class SqlSource:
     def _cursor_batches(self, size: int) -> Iterator[list[bytes]]:
         from sqlalchemy import text
 
-        with self.engine.connect() as conn:
+        with self.engine.connect() as conn, cancellable(_cancel_of(conn)):
             result = conn.execution_options(stream_results=True, yield_per=size).execute(text(self.query), self.params)
             names = list(result.keys())
             fmt = ItemFormatter(names, self.column, self.template, self.prefix)
@@ -247,6 +247,12 @@ class SqlSource:
                 self.stats.items += len(items)
                 if items:
                     yield items
+
+
+def _cancel_of(conn: Any) -> Any:
+    """The cancel of a SQLAlchemy connection's driver connection (a no-op where there is none)."""
+    driver = getattr(getattr(conn, "connection", None), "dbapi_connection", None)
+    return dbapi_cancel(driver) or (lambda: None)
 
 
 def _text(value: Any) -> str:
