@@ -161,6 +161,8 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
     import redis
 
     kwargs = settings.client_kwargs()
+    if urlsplit(settings.url).scheme.lower() == "rediss":
+        check_tls(settings)
     try:
         if settings.cluster:
             return _open_cluster(settings, kwargs)
@@ -182,6 +184,48 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
         raise UsageError("invalid `url` %s: %s", settings.redacted_url, _scrub(str(exc), settings)) from None
 
 
+PLAIN_TCP_SIGNS = (
+    "wrong version number",
+    "record layer failure",
+    "packet length too long",
+    "unexpected eof",
+    "http request",
+)
+
+
+def check_tls(settings: ConnectionSettings) -> None:
+    """Whether a TLS server answers at a rediss:// URL's address, within `connect_timeout` (a plain
+    Redis there left the client waiting for the whole reply timeout). A handshake without
+    verification, only to tell TLS from plain TCP; the client then makes the real, verified one."""
+    import socket
+    import ssl
+
+    parts = urlsplit(settings.url)
+    host, port = parts.hostname or "localhost", parts.port or 6379
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    plain = ConnectionFailed(
+        "no TLS handshake from %s:%s within %ss: is it a plain (non-TLS) Redis? then use a redis:// URL",
+        host,
+        port,
+        f"{settings.connect_timeout:g}",
+    )
+    try:
+        with (
+            socket.create_connection((host, port), timeout=settings.connect_timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return
+    except TimeoutError:
+        raise plain from None
+    except ssl.SSLError as exc:
+        if any(sign in str(exc).lower() for sign in PLAIN_TCP_SIGNS):
+            raise plain from None
+        return  # a TLS server that wants more (a client certificate): the real handshake will say
+    except OSError:
+        return  # refused, unreachable: the client's own error says it best
+
+
 def _answers_moved(client: Any) -> bool:
     """Whether the server redirects a keyed command: the sign of a Cluster node, for users denied INFO."""
     import redis
@@ -194,12 +238,20 @@ def _answers_moved(client: Any) -> bool:
     return False
 
 
+CLUSTER_RETRIES = 0
+
+
 def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis.RedisCluster:
     from redis.cluster import RedisCluster
 
     if urlsplit(settings.url).scheme.lower() == "unix":
         raise UsageError("a Redis Cluster is reached over TCP: use a redis:// or rediss:// URL with `cluster`")
-    client = RedisCluster.from_url(settings.url, **kwargs)
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    # No retries of our own: redis-py retried a command on a dead node 10 times (a --timeout of 3 s
+    # took 33 s); a CLI run fails in --timeout, and cron or the operator runs it again.
+    client = RedisCluster.from_url(settings.url, retry=Retry(NoBackoff(), CLUSTER_RETRIES), **kwargs)
     client.ping(target_nodes=RedisCluster.DEFAULT_NODE)  # not ALL_NODES: a failed replica must not stop us
     return client
 
