@@ -113,6 +113,10 @@ class ConnectionSettings:
             )
         if (self.tls_ca or self.tls_cert or self.tls_key) and scheme != "rediss":
             raise UsageError("`tls_ca`/`tls_cert`/`tls_key` need a rediss:// URL")
+        check_tls_files(self.tls_ca, self.tls_cert, self.tls_key)
+        database = parts.path.strip("/")
+        if scheme != "unix" and database and not database.isdigit():
+            raise UsageError("the `url` names database %r: a database is a number (redis://host:6379/0)", database)
         kwargs: dict[str, Any] = {
             "socket_connect_timeout": self.connect_timeout,
             "socket_timeout": self.timeout,
@@ -182,6 +186,36 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
         raise connection_error(exc, settings) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
         raise UsageError("invalid `url` %s: %s", settings.redacted_url, _scrub(str(exc), settings)) from None
+
+
+def check_tls_files(ca: str | None, cert: str | None, key: str | None) -> None:
+    """Load the CA and the client's certificate and key now, so a wrong file is named (exit 2),
+    not reported as "Error 524297 PEM lib" by the connection."""
+    import ssl
+
+    context = ssl.create_default_context()
+    if ca:
+        try:
+            context.load_verify_locations(cafile=ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise UsageError("cannot load `tls_ca` %r: %s", ca, _ssl_reason(exc)) from None
+    if cert or key:
+        if not cert:
+            raise UsageError("`tls_key` needs `tls_cert` too")
+        try:
+            context.load_cert_chain(certfile=cert, keyfile=key)
+        except (ssl.SSLError, OSError) as exc:
+            raise UsageError(
+                "cannot load `tls_cert` %r / `tls_key` %r: %s", cert, key or cert, _ssl_reason(exc)
+            ) from None
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    import ssl
+
+    if isinstance(exc, ssl.SSLError):
+        return f"not a PEM certificate and key that belong together ({exc.reason or exc.strerror or 'unreadable'})"
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 PLAIN_TCP_SIGNS = (

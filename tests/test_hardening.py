@@ -572,3 +572,31 @@ def test_a_stopped_cluster_master_costs_the_timeout_not_ten_times_it(cluster, cl
         assert time.monotonic() - started < 4
     finally:
         os.kill(victim.process.pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("redirect", ["<&-", ">&-", "<&- >&-"])
+def test_closed_standard_streams_give_no_traceback(plain, redirect):
+    """(12) A closed stdin (`<&-`) gave exit 70 and an AttributeError."""
+    import shlex
+    import subprocess
+    import sys
+
+    command = f"{shlex.quote(sys.executable)} -m bloomctl --url {plain.url} swap users {redirect}"
+    proc = subprocess.run(["bash", "-c", command], stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 5 and "Traceback" not in proc.stderr and "does not exist" in proc.stderr, proc.stderr
+
+
+def test_a_url_database_must_be_a_number(cli_plain, plain):
+    """(12) `redis://host/notadb` silently used database 0."""
+    result = cli_plain("info", "users", url=plain.url.rsplit("/", 1)[0] + "/notadb")
+    assert result.exit_code == 2 and "'notadb': a database is a number" in result.stderr
+    assert cli_plain("info", "users", url=plain.url.rsplit("/", 1)[0] + "/3").exit_code == 5  # db 3: no such filter
+
+
+def test_a_bad_client_key_file_is_named(cli_plain, plain, tmp_path):
+    """(12) A bad client key file gave "Error 524297 PEM lib" (exit 3): now the file, exit 2."""
+    bad = tmp_path / "client.key"
+    bad.write_text("not a key\n")
+    host = plain.url.split("//", 1)[1]
+    result = cli_plain("--tls-cert", str(bad), "--tls-key", str(bad), "info", "users", url=f"rediss://{host}")
+    assert result.exit_code == 2 and repr(str(bad)) in result.stderr and "524297" not in result.stderr, result.stderr

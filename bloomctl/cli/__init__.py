@@ -60,6 +60,7 @@ class BloomctlGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
         previous = _catch_signals()
+        _open_closed_streams()
         try:
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
@@ -81,6 +82,14 @@ class BloomctlGroup(click.Group):
         finally:
             _restore_signals(previous)
         sys.exit(code if isinstance(code, int) else ExitCode.OK)
+
+
+def _open_closed_streams() -> None:
+    """A stream the caller closed (`<&-`, `>&-`) is None in Python: read it as empty, write it to
+    nowhere, rather than fail with a traceback on the first use."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 (kept open until exit)
 
 
 _stopping = [0]  # signals received: the first stops the command, the cleanup runs to its end
