@@ -30,7 +30,7 @@ return 1
 """
 
 
-OUR_FIELDS = ("created_by", "backend", "error_rate", "capacity", "expansion", "generation", "state")
+OUR_FIELDS = ("created_by", "schema", "backend", "error_rate", "capacity", "expansion", "generation", "state")
 RECIPE = "recipe"  # how a rebuild built its items: JSON of the source's kind, column, template and prefix
 
 
@@ -55,8 +55,32 @@ def now_utc() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+SCHEMA = 1  # the metadata's layout: written as the "schema" field, shown typed in JSON output
+
+
+def typed(meta: dict[str, str]) -> dict[str, object]:
+    """The metadata as JSON shows it: numbers as numbers, the recipe as an object, the schema as an
+    integer (a hash stores only text; fields bloomctl does not know stay text)."""
+    out: dict[str, object] = {}
+    for name, text in meta.items():
+        value: object = text
+        try:
+            if name in ("capacity", "schema") or (name == "expansion" and text.isdigit()):
+                value = int(text)
+            elif name == "error_rate":
+                value = float(text)
+            elif name == RECIPE:
+                value = json.loads(text)
+        except ValueError:
+            value = text  # damaged: shown as it is
+        out[name] = value
+    out.setdefault("schema", 0)  # written before the schema field existed (bloomctl 0.1)
+    return out
+
+
 def metadata_for(plan: Plan, backend: str) -> dict[str, str]:
     return {
+        "schema": str(SCHEMA),
         "error_rate": repr(plan.error_rate),
         "capacity": str(plan.capacity),
         "expansion": str(plan.expansion) if plan.scaling else "nonscaling",

@@ -21,7 +21,15 @@ from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageEr
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.manifest import Manifest
 from bloomctl.memory import check_memory
-from bloomctl.metadata import RECIPE, UNFINISHED, check_companions, describe_recipe, metadata_for, read_metadata
+from bloomctl.metadata import (
+    RECIPE,
+    UNFINISHED,
+    check_companions,
+    describe_recipe,
+    metadata_for,
+    read_metadata,
+    typed,
+)
 from bloomctl.planner import Plan
 from bloomctl.server import ServerInfo
 from bloomctl.topology import node_address
@@ -131,7 +139,7 @@ class Description:
                 for role, name in self.family.all_keys().items()
                 if role != "active"
             },
-            metadata=self.metadata,
+            metadata=typed(self.metadata) if self.metadata else {},
         )
         return data
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -59,7 +60,7 @@ def test_plan_with_items_prints_the_chain_and_warns_on_stderr(cli):
     assert result.exit_code == 0
     assert "Growth chain" in result.stdout
     assert "compound false-positive rate" in result.stdout
-    assert result.stderr.startswith("warning: ")
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warning: ", result.stderr), result.stderr
     assert "warning" not in result.stdout
 
 

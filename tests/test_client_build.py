@@ -81,7 +81,7 @@ def test_auto_builds_in_the_client_and_the_log_says_so(target, tmp_path):
     result = target.cli("rebuild", "users", "--from-csv", path, "-c", "5000", "-e", "1%", "--swap", "--nonscaling")
     assert result.exit_code == 0, result.stderr
     assert "building in the client (the compatibility probe matched this server)" in result.stderr
-    assert "built in the   client" in result.stdout
+    assert "built in       the client" in result.stdout
     assert companions(target, "probe") == [] and companions(target, "build") == []
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ import click
 from bloomctl import __version__
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number
+from bloomctl.cli.output import Output
 from bloomctl.cli.render import to_flags
 from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import BloomctlError, ExitCode, Terminated
@@ -19,8 +21,27 @@ from bloomctl.errors import BloomctlError, ExitCode, Terminated
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"bloomctl: error: {message}", err=True)
+def _output(ctx: click.Context | None) -> Output:
+    """The command's Output (log format, --format), or the defaults before one exists."""
+    while ctx is not None:
+        if isinstance(ctx.obj, AppContext):
+            return ctx.obj.output
+        ctx = ctx.parent
+    return Output()
+
+
+def _asks_for_json(args: list[str]) -> bool:
+    """Whether the command line asks for ``--format json`` (read raw, for errors found before it)."""
+    return "--format=json" in args or any(a == "--format" and b == "json" for a, b in itertools.pairwise(args))
+
+
+def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str = "error") -> NoReturn:
+    output = _output(ctx or click.get_current_context(silent=True))
+    if output.debug and sys.exc_info()[0] is not None:
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    output.error(message, code, kind)
     raise click.exceptions.Exit(code)
 
 
@@ -33,11 +54,11 @@ class BloomctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BloomctlError as exc:
-            _fail(exc.exit_code, exc.render(to_flags))
+            _fail(exc.exit_code, exc.render(to_flags), ctx)
         except Terminated:
-            _fail(ExitCode.TERMINATED, "terminated (SIGTERM); the filter's lock is released")
+            _fail(ExitCode.TERMINATED, "terminated (SIGTERM); the filter's lock is released", ctx)
         except KeyboardInterrupt:
-            _fail(ExitCode.INTERRUPTED, "interrupted; the filter's lock is released")
+            _fail(ExitCode.INTERRUPTED, "interrupted; the filter's lock is released", ctx)
         except Exception as exc:
             if not _is_redis_error(exc):
                 raise
@@ -46,8 +67,8 @@ class BloomctlGroup(click.Group):
             app = ctx.find_object(AppContext)
             settings = app.settings if app is not None else None
             if settings is None:
-                _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}")
-            _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags))
+                _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}", ctx)
+            _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags), ctx)
 
     def main(  # type: ignore[override]
         self,
@@ -65,19 +86,25 @@ class BloomctlGroup(click.Group):
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"bloomctl: error: {exc.format_message()}{hint}", err=True)
+            output = _output(exc.ctx)
+            if _asks_for_json(sys.argv[1:] if args is None else list(args)):
+                output.output_format = "json"  # refused before --format was read: still a JSON error object
+            output.error(f"{exc.format_message()}{hint}", ExitCode.USAGE)
             sys.exit(ExitCode.USAGE)
+        except click.exceptions.Exit:
+            raise
         except click.ClickException as exc:
-            click.echo(f"bloomctl: error: {exc.format_message()}", err=True)
+            _output(None).error(exc.format_message(), exc.exit_code)
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("bloomctl: error: interrupted", err=True)
+            _output(None).error("interrupted", ExitCode.INTERRUPTED)
             sys.exit(ExitCode.INTERRUPTED)
-        except Exception as exc:  # a bug: one line, then the traceback for the report
+        except Exception as exc:  # a bug: the traceback for the report, then one line
             import traceback
 
             traceback.print_exc(file=sys.stderr)
-            click.echo(f"bloomctl: internal error: {type(exc).__name__}: {exc} (please report this)", err=True)
+            message = f"{type(exc).__name__}: {exc} (please report this)"
+            _output(None).error(message, ExitCode.INTERNAL, kind="internal error")
             sys.exit(ExitCode.INTERNAL)
         finally:
             _restore_signals(previous)
@@ -104,7 +131,7 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
     _stopping[0] += 1
     if _stopping[0] == 2:
-        click.echo("bloomctl: stopping: releasing the lock (once more to quit at once)", err=True)
+        _output(click.get_current_context(silent=True)).warn("stopping: releasing the lock (once more to quit at once)")
         return
     if _stopping[0] > 2:
         os._exit(ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
@@ -172,8 +199,18 @@ def _restore_signals(previous: dict[int, Any]) -> None:
     show_default=True,
     help="Seconds to wait for a reply.",
 )
+@click.option("--quiet", "-q", is_flag=True, help="No log lines or warnings on stderr (errors still print).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="stderr lines: text with a UTC timestamp, or one JSON object each (errors included).",
+)
+@click.option("--verbose", "-v", count=True, help="More log lines (the steps' details).")
+@click.option("--debug", is_flag=True, help="Also print the Python traceback of an error.")
 @click.pass_context
-def main(ctx: click.Context, **connection: Any) -> None:
+def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: bool, **connection: Any) -> None:
     """Run the lifecycle of Bloom filters kept in Redis: plan, reserve, inspect, check and swap.
 
     \b
@@ -181,7 +218,7 @@ def main(ctx: click.Context, **connection: Any) -> None:
     5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error,
     130 interrupted, 143 terminated (SIGTERM).
     """
-    app = AppContext(**connection)
+    app = AppContext(Output(quiet=quiet, log_format=log_format, verbose=verbose, debug=debug), **connection)
     ctx.obj = app
     ctx.call_on_close(app.close)
 

@@ -8,7 +8,10 @@ from typing import Any
 class AppContext:
     """Per-invocation state: connection settings, resolved once and lazily into a client."""
 
-    def __init__(self, **connection: Any) -> None:
+    def __init__(self, output: Any = None, **connection: Any) -> None:
+        from bloomctl.cli.output import Output
+
+        self.output: Output = output if output is not None else Output()
         self._connection = connection
         self._settings: Any = None
         self._client: Any = None
@@ -28,6 +31,8 @@ class AppContext:
             from bloomctl.connection import connect
 
             self._client = connect(self.settings)
+            kind = "a Cluster" if type(self._client).__name__ == "RedisCluster" else "a standalone server"
+            self.output.log(f"connected to {self.settings.redacted_url} ({kind})", level="debug")
         return self._client
 
     @property

@@ -9,6 +9,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option, swap_guard_options, yes_option
+from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
 from bloomctl.keys import to_display
 
@@ -74,7 +75,7 @@ def swap_command(
         confirm=confirmer(yes),
     )
     if result.note is not None:
-        click.echo(f"bloomctl: warning: {result.note}", err=True)
+        current().warn(result.note)
     if output_format == "json":
         emit_json(swap_data(result))
     else:

@@ -9,6 +9,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number, format_option
+from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json, fmt_rate
 from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import ExitCode
@@ -160,8 +161,8 @@ def fill_ratio_command(
     missing = [to_display(r.key) for r in reports if r.status == MISSING]
     over = [to_display(r.key) for r in reports if r.status == OVER]
     if missing:
-        click.echo(f"bloomctl: error: {len(missing)} of {len(reports)} not found: {', '.join(missing)}", err=True)
+        current().log(f"{len(missing)} of {len(reports)} not found: {', '.join(missing)}", level="error")
         raise click.exceptions.Exit(ExitCode.CONFLICT)
     if over:
-        click.echo(f"bloomctl: {len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", err=True)
+        current().log(f"{len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", level="warning")
         raise click.exceptions.Exit(ExitCode.CHECK_FAILED)

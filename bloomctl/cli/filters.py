@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
     "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it. "
     "An existing filter's backend is read from the key."
 )
-@format_option("table", "json")
+@format_option("table", "json", pipe_default="json")
 @click.pass_obj
 def reserve_command(
     app: AppContext,
@@ -117,7 +117,10 @@ def render_sharded_reserve(app: AppContext, key: str, result: ReserveResult, dry
     manifest = result.manifest
     assert manifest is not None
     if result.existing:
-        click.echo(f"{to_display(manifest.key)!r} already exists with {manifest.shards} shards: nothing to do")
+        if output_format == "json":
+            emit_json({"created": False, "key": to_display(manifest.key), "shards": manifest.shards})
+        else:
+            click.echo(f"{to_display(manifest.key)!r} already exists with {manifest.shards} shards: nothing to do")
         return
     states = result.member_states
     if output_format == "json":

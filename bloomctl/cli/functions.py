@@ -8,6 +8,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
+from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
 from bloomctl.errors import ExitCode
 
@@ -72,7 +73,7 @@ def status_command(app: AppContext, output_format: str) -> None:
     status = _status(app)
     emit_json(status) if output_format == "json" else _print_status(status)
     if not status["ok"]:
-        click.echo("bloomctl: the function library is not the current version on every node", err=True)
+        current().warn("the function library is not the current version on every node")
         raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
 
 

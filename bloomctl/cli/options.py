@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from bloomctl.cli.output import current
 from bloomctl.defaults import (
     AUTO,
     BACKEND_ENV,
@@ -69,15 +70,21 @@ def format_option(*choices: str, tty_default: str | None = None, pipe_default: s
     pipe_default = pipe_default or tty_default
     default_text = tty_default if tty_default == pipe_default else f"{tty_default} on a terminal, else {pipe_default}"
 
+    # 'text' and 'table' name the same human format: accept the other name wherever one is a choice
+    aliases = {"text": "table", "table": "text"}
+    accepted = choices + tuple(aliases[c] for c in choices if c in aliases and aliases[c] not in choices)
+
     def resolve(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str:
         if value:
+            value = value if value in choices else aliases[value]
+            current().output_format = value  # an explicit --format json: a failure prints a JSON error object too
             return value
         return tty_default if sys.stdout.isatty() else pipe_default
 
     return click.option(
         "--format",
         "output_format",
-        type=click.Choice(choices),
+        type=click.Choice(accepted),
         default=None,
         callback=resolve,
         help=f"Output format [default: {default_text}].",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from bloomctl.cli.options import (
     shards_option,
     swap_guard_options,
 )
+from bloomctl.cli.output import Output, current
 from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 from bloomctl.defaults import (
     AUTO,
@@ -48,10 +48,11 @@ LOG_EVERY_SECONDS = 5.0
 
 
 class Reporter:
-    """Progress and log lines on stderr: tqdm on a terminal, a line every few seconds elsewhere."""
+    """Progress and log lines on stderr (through the command's Output): tqdm on a terminal with
+    text logs, a log line every few seconds elsewhere."""
 
-    def __init__(self, quiet: bool, log_format: str, total: int | None = None) -> None:
-        self.quiet, self.log_format = quiet, log_format
+    def __init__(self, output: Output, total: int | None = None) -> None:
+        self.output = output
         self.bar: Any = None
         self.total = total
         self.last_log = time.monotonic()
@@ -59,22 +60,21 @@ class Reporter:
         self.done = 0
 
     def event(self, message: str, fields: dict[str, Any]) -> None:
-        if self.quiet:
-            return
         if fields.get("phase") == "count" and "rows" in fields:
             self.total = fields["rows"]
-        if self.log_format == "json":
-            click.echo(json.dumps({"time": round(time.time(), 3), "message": message, **fields}, default=str), err=True)
-        elif self.bar is not None:
-            self.bar.write(message, file=sys.stderr)
+        level = "warning" if "warning" in fields else str(fields.get("level", "info"))
+        if self.bar is not None and self.output.log_format == "text" and not self.output.quiet:
+            self.bar.clear()
+            self.output.log(message, fields, level)
+            self.bar.refresh()
         else:
-            click.echo(message, err=True)
+            self.output.log(message, fields, level)
 
     def progress(self, done: int) -> None:
-        if self.quiet:
+        if self.output.quiet:
             return
         step, self.done = done - self.done, done
-        if sys.stderr.isatty() and self.log_format == "text":
+        if sys.stderr.isatty() and self.output.log_format == "text":
             if self.bar is None:
                 from tqdm import tqdm
 
@@ -314,14 +314,12 @@ def load_options(f: Any) -> Any:
 @swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress or log lines (the summary still prints).")
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Log lines on stderr."
-)
+@click.option("--quiet", "-q", is_flag=True, hidden=True, help="The global --quiet, accepted here too.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), hidden=True, help="The global --log-format.")
 @format_option("text", "json")
 @click.pass_obj
 def rebuild_command(
-    app: AppContext, key: str, no_header: bool, quiet: bool, log_format: str, output_format: str, **options: Any
+    app: AppContext, key: str, no_header: bool, quiet: bool, log_format: str | None, output_format: str, **options: Any
 ) -> None:
     """Rebuild the filter KEY from its source of truth into the standby, verify it, and swap with --swap.
 
@@ -350,7 +348,11 @@ def rebuild_command(
 
     source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
     options["verify_all"] = options.pop("verify_mode") == "all"
-    reporter = Reporter(quiet, log_format)
+    if quiet:  # given after the command (as before they were global): the same effect
+        app.output.quiet = True
+    if log_format:
+        app.output.log_format = log_format
+    reporter = Reporter(app.output)
     try:
         report = rebuild(
             app.client,
@@ -383,7 +385,7 @@ def render_report(report: RebuildReport, output_format: str) -> None:
         f"added          {data['added']:,} new, {data['duplicates']:,} already present",
         f"catch-up       {data['catchup_rows']:,} rows" if report.catchup is not None else None,
         f"verified       {data['verified']:,} items ({data['verify_mode']})",
-        f"built in the   {report.build}"
+        f"built in       the {report.build}"
         + (f" ({human_bytes(report.uploaded_bytes)} uploaded)" if report.build == "client" else "")
         + (f" ({report.build_note})" if report.build_note else ""),
         f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",
@@ -392,5 +394,5 @@ def render_report(report: RebuildReport, output_format: str) -> None:
         f"swapped        {'yes' if report.swapped else 'no: run `bloomctl swap ' + report.key + '` to cut over'}",
     ]
     for example in data["bad_row_examples"]:
-        click.echo(f"bad row: {example}", err=True)
+        current().warn(f"bad row: {example}")
     click.echo("\n".join(line for line in lines if line))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
+
+from bloomctl.cli.output import current, no_color
 
 # Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
 # they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.
@@ -72,7 +75,11 @@ def fmt_rate(value: float | None) -> str:
         return "-"
     if value == 0:
         return "0"
-    return f"{value:.4%}" if value >= 0.0001 else f"{value:.3e}"
+    # one notation for every rate: a percentage with 4 significant digits, never an exponent
+    percent = value * 100
+    digits = max(0, 3 - math.floor(math.log10(abs(percent))))
+    text = f"{percent:.{digits}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
 
 
 def emit_json(data: Any) -> None:
@@ -82,7 +89,19 @@ def emit_json(data: Any) -> None:
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
+    return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 120, no_color=no_color())
+
+
+def _print(table: Any) -> None:
+    """Prints a table at its natural width when the terminal is narrower: wider than the screen
+    rather than a number wrapped or elided ('3,025,928…')."""
+    from rich.measure import Measurement
+
+    console = _console()
+    needed = Measurement.get(console, console.options.update_width(100_000), table).maximum
+    if needed > console.width:
+        console.width = needed
+    console.print(table)
 
 
 def _text(value: Any) -> Any:
@@ -97,30 +116,33 @@ def emit_pairs(title: str, rows: Iterable[tuple[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title=_text(title), show_header=False, title_justify="left", box=None, pad_edge=False)
-    table.add_column("field", style="bold")
+    table.add_column("field", style=None if no_color() else "bold", no_wrap=True)
     table.add_column("value")
     for name, value in rows:
         table.add_row(_text(name), _text(value))
-    _console().print(table)
+    _print(table)
 
 
 def emit_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     from rich.table import Table
 
-    table = Table(title=_text(title) if title else None, title_justify="left")
+    table = Table(
+        title=_text(title) if title else None, title_justify="left", header_style=None if no_color() else "bold"
+    )
     for column in columns:
-        table.add_column(column, justify="right" if column[:1].isdigit() or column in NUMERIC else "left")
+        numeric = column[:1].isdigit() or column in NUMERIC
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=numeric)  # numbers are never cut
     for row in rows:
         table.add_row(*(_text(cell) for cell in row))
-    _console().print(table)
+    _print(table)
 
 
 NUMERIC = {"capacity", "items", "error rate", "hashes", "bits", "bytes", "fill", "bit fill", "est. FPR", "#"}
 
 
 def warn(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    current().warn(message)
 
 
 def note(message: str) -> None:
-    click.echo(message, err=True)
+    current().log(message)

@@ -69,6 +69,10 @@ def rebuild(
         report.source = source.stats
     else:
         with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
+            log(
+                f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {options.lock_ttl_ms / 1000:g}s)",
+                {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},
+            )
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
             try:
                 since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
