@@ -49,7 +49,7 @@ def test_fill_ratio_prometheus(filled):
     families = {f.name: f for f in text_string_to_metric_families(result.stdout)}
     fill = {s.labels["key"]: s.value for s in families["bloomctl_fill_ratio"].samples}
     assert fill == pytest.approx({"bf:a": 0.1, "bf:b": 0.85, "bf:c": 0.99}, abs=0.01)
-    assert {s.labels["key"] for s in families["bloomctl_bit_fill"].samples} == {"bf:a", "bf:b", "bf:c"}
+    assert {s.labels["key"] for s in families["bloomctl_bit_fill_ratio"].samples} == {"bf:a", "bf:b", "bf:c"}
     assert families["bloomctl_over_max"].type == "gauge"
 
 

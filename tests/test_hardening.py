@@ -749,3 +749,97 @@ def test_metadata_is_typed_in_json_with_a_schema_version(target):
     assert meta["schema"] == 1
     assert meta["capacity"] == 10000 and isinstance(meta["capacity"], int)
     assert meta["error_rate"] == 0.01 and isinstance(meta["error_rate"], float)
+
+
+def _families(text: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_prometheus_thresholds_are_per_key_and_ratios_end_in_ratio(target, tmp_path):
+    """(14) Two textfiles for two keys emitted conflicting `bloomctl_fill_ratio_threshold{level}`
+    series (no key label); ratios were not named `_ratio`."""
+    for key in ("a", "b"):
+        target.reserve(key, 1000)
+    first = _families(target.cli("fill-ratio", "a", "--max", "0.9", "--format", "prometheus").stdout)
+    second = _families(target.cli("fill-ratio", "b", "--max", "0.5", "--format", "prometheus").stdout)
+    series = {
+        (tuple(sorted(s.labels.items())), s.value)
+        for families in (first, second)
+        for s in families["bloomctl_fill_threshold_ratio"].samples
+    }
+    labels = {labels for labels, _value in series}
+    assert len(labels) == len(series) == 4  # no two files write the same series
+    assert ((("key", "b"), ("level", "max")), 0.5) in series
+    ratios = [name for name in first if "fpr" in name or "fill" in name]
+    assert ratios and all(name.endswith("_ratio") for name in ratios), ratios
+    assert "bloomctl_estimated_false_positive_ratio" in first
+
+
+def test_fill_ratio_output_is_atomic_with_exit_code_and_last_success(target, tmp_path):
+    """(14) `--output FILE` renames a complete file into place; it carries the exit code and
+    `bloomctl_last_success_timestamp_seconds`, which a failed run keeps from the file it replaces."""
+    import os
+    import time
+
+    target.reserve("a", 1000)
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    out = textfile / "bloomctl.prom"
+    before = time.time()
+    ok = target.cli("fill-ratio", "a", "--format", "prometheus", "--output", str(out))
+    assert ok.exit_code == 0 and ok.stdout == ""
+    families = _families(out.read_text())
+    (success,) = families["bloomctl_last_success_timestamp_seconds"].samples
+    assert success.labels == {"command": "fill-ratio"} and before <= success.value <= time.time()
+    assert families["bloomctl_fill_ratio_exit_code"].samples[0].value == 0
+    assert oct(os.stat(out).st_mode & 0o777) == "0o644"
+    inode = os.stat(out).st_ino
+    missing = target.cli("fill-ratio", "a", "nope", "--format", "prometheus", "--output", str(out))
+    assert missing.exit_code == 5
+    families = _families(out.read_text())
+    assert families["bloomctl_fill_ratio_exit_code"].samples[0].value == 5
+    assert families["bloomctl_last_success_timestamp_seconds"].samples[0].value == success.value  # kept
+    assert os.stat(out).st_ino != inode  # a new file renamed over the old one, not rewritten in place
+    assert sorted(os.listdir(textfile)) == ["bloomctl.prom"]  # no temporary file left behind
+    down = target.cli("fill-ratio", "a", "--format", "prometheus", "--output", str(out), url="redis://127.0.0.1:1/0")
+    assert down.exit_code == 3
+    families = _families(out.read_text())
+    assert families["bloomctl_fill_ratio_exit_code"].samples[0].value == 3
+    assert families["bloomctl_last_success_timestamp_seconds"].samples[0].value == success.value
+    nowhere = target.cli("fill-ratio", "a", "--output", str(tmp_path / "no" / "such" / "dir.prom"))
+    assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr
+    text = target.cli("fill-ratio", "a", "--format", "json", "--output", str(tmp_path / "a.json"))
+    assert text.exit_code == 0 and json.loads((tmp_path / "a.json").read_text())["filters"][0]["key"] == "a"
+
+
+def test_rebuild_metrics_file_says_duration_items_and_result(target, tmp_path):
+    """(14) `rebuild --metrics-file` (cron and Kubernetes had to echo their own exit code into a
+    file): duration, items, exit code, swapped and the last success, also when the run fails."""
+    import time
+
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(700)))
+    metrics = tmp_path / "rebuild-users.prom"
+    args = ["rebuild", "users", "--from-csv", str(csv), "-c", "1000", "-e", "1%", "--swap"]
+    before = time.time()
+    ok = target.cli(*args, "--metrics-file", str(metrics))
+    assert ok.exit_code == 0, ok.stderr
+    families = _families(metrics.read_text())
+    value = {name: f.samples[0].value for name, f in families.items()}
+    assert all(f.samples[0].labels["key"] == "users" for f in families.values())
+    assert value["bloomctl_rebuild_items"] == 700 and value["bloomctl_rebuild_exit_code"] == 0
+    assert value["bloomctl_rebuild_success"] == 1 and value["bloomctl_rebuild_swapped"] == 1
+    assert 0 < value["bloomctl_rebuild_duration_seconds"] < 60
+    assert before <= value["bloomctl_last_success_timestamp_seconds"] <= time.time()
+    missing = target.cli(
+        *[a if a != str(csv) else str(tmp_path / "gone.csv") for a in args], "--metrics-file", str(metrics)
+    )
+    assert missing.exit_code == 8
+    failed = {name: f.samples[0].value for name, f in _families(metrics.read_text()).items()}
+    assert failed["bloomctl_rebuild_exit_code"] == 8 and failed["bloomctl_rebuild_success"] == 0
+    assert failed["bloomctl_rebuild_swapped"] == 0
+    assert failed["bloomctl_last_success_timestamp_seconds"] == value["bloomctl_last_success_timestamp_seconds"]
+    nowhere = target.cli(*args, "--metrics-file", str(tmp_path / "none" / "x.prom"))
+    assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and target.card("users") == 700

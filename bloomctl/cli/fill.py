@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -10,14 +12,15 @@ import click
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number, format_option
 from bloomctl.cli.output import current
-from bloomctl.cli.render import emit_json, fmt_rate
+from bloomctl.cli.render import fmt_rate
 from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import ExitCode
 from bloomctl.keys import to_display
 
 if TYPE_CHECKING:  # pragma: no cover
     from bloomctl.backends import FilterState
-    from bloomctl.fill import FillReport
+    from bloomctl.cli.metrics import Metric
+    from bloomctl.fill import FillReport, Thresholds
 
 OVER, MISSING = "over", "missing"  # bloomctl.fill's statuses; that module loads lazily (start-up time)
 
@@ -33,40 +36,54 @@ PROMETHEUS_METRICS: tuple[tuple[str, str, Getter], ...] = (
     ),
     ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r, s: s.size_bytes),
     ("bloomctl_subfilters", "Number of sub-filters.", lambda r, s: s.filters),
-    ("bloomctl_estimated_fpr", "Estimated false-positive rate now.", lambda r, s: s.estimated_fpr),
+    (
+        "bloomctl_estimated_false_positive_ratio",
+        "Estimated false-positive rate now (a fraction).",
+        lambda r, s: s.estimated_fpr,
+    ),
     ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r, s: int(r.status == OVER)),
 )
 PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
+EXIT_CODE = ("bloomctl_fill_ratio_exit_code", "The exit code of the fill-ratio run that wrote this file.")
+SUCCESS_LABELS = {"command": "fill-ratio"}
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def prometheus_text(
+    reports: list[FillReport], limits: Thresholds, exit_code: int | None = None, previous: str | None = None
+) -> str:
+    """The textfile: per-key gauges and thresholds; with ``exit_code`` (``--output``), that code
+    and the last success (now when 0, else kept from ``previous``, the file being replaced)."""
+    from bloomctl.cli.metrics import exposition, last_success
 
-
-def prometheus_text(reports: list[FillReport], warn: float, max_: float) -> str:
-    lines: list[str] = [f"# HELP {PRESENT[0]} {PRESENT[1]}", f"# TYPE {PRESENT[0]} gauge"]
-    lines += [f'{PRESENT[0]}{{key="{_label(to_display(r.key))}"}} {0.0 if r.state is None else 1.0}' for r in reports]
-    present = [(r, r.state) for r in reports if r.state is not None]
+    keyed = [(to_display(r.key), r) for r in reports]
+    metrics: list[Metric] = [(*PRESENT, ("key",), [((k,), 0.0 if r.state is None else 1.0) for k, r in keyed])]
+    present = [(k, r, r.state) for k, r in keyed if r.state is not None]
     for name, help_text, getter in PROMETHEUS_METRICS:
-        samples = [(r, value) for r, state in present if (value := getter(r, state)) is not None]
-        if not samples:
-            continue
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-        lines += [f'{name}{{key="{_label(to_display(r.key))}"}} {float(v)!r}' for r, v in samples]
-    exact = [(r, state) for r, state in present if state.exact]
-    if exact:
-        name = "bloomctl_bit_fill"
-        lines += [f"# HELP {name} Fraction of bits set in each sub-filter (measured).", f"# TYPE {name} gauge"]
-        for r, state in exact:
-            for sub in state.subfilters:
-                lines.append(f'{name}{{key="{_label(to_display(r.key))}",subfilter="{sub.index}"}} {sub.bit_fill!r}')
-    lines += [
-        "# HELP bloomctl_fill_ratio_threshold Thresholds the check used.",
-        "# TYPE bloomctl_fill_ratio_threshold gauge",
-        f'bloomctl_fill_ratio_threshold{{level="warn"}} {float(warn)!r}',
-        f'bloomctl_fill_ratio_threshold{{level="max"}} {float(max_)!r}',
+        samples = [((k,), value) for k, r, state in present if (value := getter(r, state)) is not None]
+        metrics.append((name, help_text, ("key",), samples))
+    bit_fill = [
+        ((k, str(sub.index)), sub.bit_fill) for k, _r, state in present if state.exact for sub in state.subfilters
     ]
-    return "\n".join(lines) + "\n"
+    metrics.append(
+        (
+            "bloomctl_bit_fill_ratio",
+            "Fraction of bits set in each sub-filter (measured).",
+            ("key", "subfilter"),
+            bit_fill,
+        )
+    )
+    levels = [("warn", limits.warn_at), ("max", limits.max)]
+    thresholds = [((k, level), value) for k, _r in keyed for level, value in levels]
+    metrics.append(
+        ("bloomctl_fill_threshold_ratio", "Fill-ratio thresholds the check used.", ("key", "level"), thresholds)
+    )
+    if limits.max_fpr is not None:
+        fpr = [((k,), limits.max_fpr) for k, _r in keyed]
+        metrics.append(("bloomctl_false_positive_threshold_ratio", "The --max-fpr the check used.", ("key",), fpr))
+    if exit_code is not None:
+        metrics.append((*EXIT_CODE, (), [((), exit_code)]))
+        metrics.append(last_success(previous, SUCCESS_LABELS, exit_code == 0, time.time()))
+    return exposition(metrics)
 
 
 def text_line(r: FillReport) -> str:
@@ -117,6 +134,15 @@ def text_line(r: FillReport) -> str:
 )
 @click.option("--exact", is_flag=True, help="Stream BF.SCANDUMP and popcount: true bit fill and FPR per sub-filter.")
 @format_option("text", "json", "prometheus")
+@click.option(
+    "--output",
+    "-o",
+    "output_file",
+    metavar="FILE",
+    default=None,
+    help="Write the result to FILE (a temporary file renamed over it: never half written) instead of stdout; "
+    "with --format prometheus it also gets the exit code and the last success time.",
+)
 @click.pass_obj
 def fill_ratio_command(
     app: AppContext,
@@ -126,6 +152,7 @@ def fill_ratio_command(
     max_fpr: float | None,
     exact: bool,
     output_format: str,
+    output_file: str | None,
 ) -> None:
     """Check how full filters are: one line per filter, exit 1 when any is over --max (5 when one is missing).
 
@@ -142,27 +169,46 @@ def fill_ratio_command(
       bloomctl fill-ratio 'bf:*' --warn 0.7 --max 0.9 --format json
       bloomctl fill-ratio 'bf:*' --exact --format prometheus > /var/lib/node_exporter/bloom.prom
     """
+    from bloomctl.errors import BloomctlError
     from bloomctl.fill import Thresholds, fill_ratio
 
     limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
-    reports = fill_ratio(app.client, list(keys), limits, exact=exact)
-    if output_format == "json":
-        emit_json(
-            {
-                "thresholds": {"warn": limits.warn, "max": limits.max, "max_fpr": limits.max_fpr},
-                "filters": [r.as_dict() for r in reports],
-            }
-        )
-    elif output_format == "prometheus":
-        click.echo(prometheus_text(reports, limits.warn_at, limits.max), nl=False)
-    else:
-        for report in reports:
-            click.echo(text_line(report))
+    if output_file:
+        from bloomctl.cli.metrics import check_writable
+
+        check_writable(output_file, "--output")
+    try:
+        reports = fill_ratio(app.client, list(keys), limits, exact=exact)
+    except BloomctlError as exc:  # no reports (Redis unreachable...): the textfile still says so
+        if output_file and output_format == "prometheus":
+            _write(output_file, prometheus_text([], limits, int(exc.exit_code), output_file))
+        raise
     missing = [to_display(r.key) for r in reports if r.status == MISSING]
     over = [to_display(r.key) for r in reports if r.status == OVER]
+    code = ExitCode.CONFLICT if missing else ExitCode.CHECK_FAILED if over else ExitCode.OK
+    if output_format == "json":
+        data = {
+            "thresholds": {"warn": limits.warn, "max": limits.max, "max_fpr": limits.max_fpr},
+            "filters": [r.as_dict() for r in reports],
+        }
+        text = json.dumps(data, indent=2, default=str) + "\n"
+    elif output_format == "prometheus":
+        text = prometheus_text(reports, limits, int(code) if output_file else None, output_file)
+    else:
+        text = "".join(text_line(report) + "\n" for report in reports)
+    if output_file:
+        _write(output_file, text)
+    else:
+        click.echo(text, nl=False)
     if missing:
         current().log(f"{len(missing)} of {len(reports)} not found: {', '.join(missing)}", level="error")
-        raise click.exceptions.Exit(ExitCode.CONFLICT)
+        raise click.exceptions.Exit(code)
     if over:
         current().log(f"{len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", level="warning")
-        raise click.exceptions.Exit(ExitCode.CHECK_FAILED)
+        raise click.exceptions.Exit(code)
+
+
+def _write(path: str, text: str) -> None:
+    from bloomctl.cli.metrics import write_atomically
+
+    write_atomically(path, text, "--output")

@@ -39,6 +39,7 @@ from bloomctl.defaults import (
     MAX_HEADROOM,
     MAX_JOBS,
 )
+from bloomctl.errors import ExitCode
 from bloomctl.planner import MAX_EXPANSION
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
@@ -317,9 +318,23 @@ def load_options(f: Any) -> Any:
 @click.option("--quiet", "-q", is_flag=True, hidden=True, help="The global --quiet, accepted here too.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), hidden=True, help="The global --log-format.")
 @format_option("text", "json")
+@click.option(
+    "--metrics-file",
+    metavar="FILE",
+    default=None,
+    help="Write Prometheus metrics of this run to FILE (node_exporter's textfile collector), also on failure: "
+    "duration, items, exit code, swapped, last success time. Renamed into place: never half written.",
+)
 @click.pass_obj
 def rebuild_command(
-    app: AppContext, key: str, no_header: bool, quiet: bool, log_format: str | None, output_format: str, **options: Any
+    app: AppContext,
+    key: str,
+    no_header: bool,
+    quiet: bool,
+    log_format: str | None,
+    output_format: str,
+    metrics_file: str | None,
+    **options: Any,
 ) -> None:
     """Rebuild the filter KEY from its source of truth into the standby, verify it, and swap with --swap.
 
@@ -344,6 +359,11 @@ def rebuild_command(
     from bloomctl.rebuild import RebuildOptions, rebuild
     from bloomctl.sources import open_source
 
+    started = time.monotonic()
+    if metrics_file:
+        from bloomctl.cli.metrics import check_writable
+
+        check_writable(metrics_file, "--metrics-file")
     tune_allocator()
 
     source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
@@ -363,9 +383,48 @@ def rebuild_command(
             events=reporter.event,
             progress=reporter.progress,
         )
+    except BaseException as exc:
+        if metrics_file:
+            write_metrics(metrics_file, key, started, _exit_code(exc), reporter.done, swapped=False)
+        raise
     finally:
         reporter.close()
+    if metrics_file:
+        write_metrics(metrics_file, key, started, ExitCode.OK, report.source.items, swapped=report.swapped)
     render_report(report, output_format)
+
+
+def _exit_code(exc: BaseException) -> int:
+    from bloomctl.errors import BloomctlError, Terminated
+
+    if isinstance(exc, BloomctlError):
+        return int(exc.exit_code)
+    if isinstance(exc, Terminated):
+        return int(ExitCode.TERMINATED)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if type(exc).__module__.startswith("redis"):
+        return int(ExitCode.CONNECTION)  # what the command group makes of it
+    return int(ExitCode.INTERNAL)
+
+
+def write_metrics(path: str, key: str, started: float, code: int, items: int, *, swapped: bool) -> None:
+    """``rebuild --metrics-file``: this run's gauges, labelled by key; the last success kept on failure."""
+    from bloomctl.cli.metrics import Metric, exposition, last_success, write_atomically
+
+    labels = (("key",), ((key,),))
+    gauges = [
+        ("bloomctl_rebuild_duration_seconds", "How long the run took.", time.monotonic() - started),
+        ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", items),
+        ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", code),
+        ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", int(code == 0)),
+        ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", int(swapped)),
+    ]
+    metrics: list[Metric] = [(name, help_text, labels[0], [(labels[1][0], value)]) for name, help_text, value in gauges]
+    metrics.append(last_success(path, {"command": "rebuild", "key": key}, code == 0, time.time()))
+    write_atomically(path, exposition(metrics), "--metrics-file")
 
 
 def render_report(report: RebuildReport, output_format: str) -> None:

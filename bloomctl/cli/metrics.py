@@ -1,0 +1,99 @@
+"""Prometheus textfiles: the exposition text (prometheus_client), written atomically.
+
+node_exporter's textfile collector reads whatever is in the directory when it is scraped, so a
+file is written beside its target and renamed over it (one step: the collector never reads half a
+file). ``bloomctl_last_success_timestamp_seconds`` survives a failed run: the failing run copies
+the previous file's value, so "how long since the last success" keeps growing until one succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bloomctl.errors import UsageError
+
+LAST_SUCCESS = "bloomctl_last_success_timestamp_seconds"
+LAST_SUCCESS_HELP = "When this job last succeeded (exit 0), in seconds since the epoch."
+
+# (name, help, label names, [(label values, value), ...]); a metric with no samples is left out
+Metric = tuple[str, str, tuple[str, ...], Sequence[tuple[tuple[str, ...], float]]]
+
+
+def exposition(metrics: Iterable[Metric]) -> str:
+    """The text exposition format of these gauges (names, help, escaping: prometheus_client's)."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    for name, help_text, labels, samples in metrics:
+        if not samples:
+            continue
+        gauge = Gauge(name, help_text, labels, registry=registry)
+        for values, value in samples:
+            (gauge.labels(*values) if labels else gauge).set(float(value))
+    return generate_latest(registry).decode()
+
+
+def check_writable(path: str, option: str) -> None:
+    """Refuses, before any work, a file that cannot be written (a missing or read-only directory)."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UsageError("%s %s is a directory, not a file", option, path)
+    if not directory.is_dir():
+        raise UsageError("%s %s: the directory %s does not exist", option, path, directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError("%s %s: cannot write into %s (a file is written there, then renamed)", option, path, directory)
+
+
+def write_atomically(path: str, text: str, option: str) -> None:
+    """Writes a temporary file in the target's directory, syncs it, then renames it over the target."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise UsageError("%s %s: cannot write: %s", option, path, exc.strerror or exc) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a collector running as another user
+        os.replace(temporary, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise UsageError("%s %s: cannot write: %s", option, path, exc.strerror or exc) from None
+
+
+def previous_success(path: str | None, labels: Mapping[str, str]) -> float | None:
+    """The last-success timestamp with these labels in the file a previous run wrote, if any."""
+    if not path:
+        return None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == LAST_SUCCESS and dict(sample.labels) == dict(labels):
+                    return float(sample.value)
+    except ValueError:  # not a metrics file (a previous run never wrote it): no timestamp to keep
+        return None
+    return None
+
+
+def last_success(path: str | None, labels: Mapping[str, str], succeeded: bool, now: float) -> Metric:
+    """``bloomctl_last_success_timestamp_seconds``: now on success, else the previous file's value."""
+    names = tuple(labels)
+    value = now if succeeded else previous_success(path, labels)
+    samples: list[tuple[tuple[str, ...], Any]] = [] if value is None else [(tuple(labels.values()), value)]
+    return (LAST_SUCCESS, LAST_SUCCESS_HELP, names, samples)
