@@ -44,6 +44,32 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
+def full_url(url: str) -> str:
+    """``host``, ``host:port`` or ``host:port/db`` (what redis-cli users type) as a redis:// URL."""
+    return url if "://" in url else f"redis://{url}"
+
+
+def with_address(url: str, host: str | None, port: int | None) -> str:
+    """The URL with its host and/or port replaced (its user, password, database and query kept)."""
+    if host is None and port is None:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "unix":
+        raise UsageError("--host/--port do not apply to a unix:// URL (a socket path)")
+    userinfo, at, _address = parts.netloc.rpartition("@")
+    try:
+        old_host, old_port = parts.hostname or "localhost", parts.port or 6379
+    except ValueError:
+        raise UsageError("invalid `url` %s: bad port", redact_url(url)) from None
+    new_host = host if host is not None else old_host
+    if not new_host or any(c in new_host for c in "/?#@ "):
+        raise UsageError("invalid --host %r", new_host)
+    if ":" in new_host and not new_host.startswith("["):
+        new_host = f"[{new_host}]"  # an IPv6 address
+    netloc = f"{userinfo}{at}{new_host}:{port if port is not None else old_port}"
+    return parts._replace(netloc=netloc).geturl()
+
+
 def check_userinfo(url: str) -> None:
     """A user or password holding ``/``, ``?`` or ``#`` unencoded ends the URL's host part early: the
     client would connect to another host (localhost) with part of the password. Refused, without
@@ -144,12 +170,15 @@ def settings_from(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     timeout: float = DEFAULT_TIMEOUT,
     environ: dict[str, str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
 ) -> ConnectionSettings:
-    """Resolve the connection: flag > environment > default, for the URL and the password."""
+    """Resolve the connection: flag > environment > default, for the URL and the password.
+    ``host``/``port`` (redis-cli's -h/-p) replace the URL's; a URL may be just ``host:port``."""
     env = os.environ if environ is None else environ
     password = read_password_file(password_file) if password_file else env.get(PASSWORD_ENV) or None
     return ConnectionSettings(
-        url=url or env.get(URL_ENV) or DEFAULT_URL,
+        url=with_address(full_url(url or env.get(URL_ENV) or DEFAULT_URL), host, port),
         cluster=cluster,
         password=password,
         tls_ca=tls_ca,

@@ -20,6 +20,8 @@ DEFAULT_EXPANSION = 2  # RedisBloom's own default growth factor
 MAX_SHARDS = 1024  # members of one sharded filter
 
 # --- swap ---------------------------------------------------------------------------------------
+DEFAULT_KEEP_OLD_SECONDS = 3600  # a swap keeps the replaced filter this long for `rollback` (0: unlink it)
+MAX_LOCK_WAIT_SECONDS = 24 * 3600  # the longest --lock-wait
 DEFAULT_MIN_RATIO = 0.5  # swap refuses a standby with fewer items than this fraction of the active filter's
 MAX_KEEP_OLD_SECONDS = 10 * 365 * 24 * 3600  # the longest keep-old (PEXPIRE must not overflow)
 DEFAULT_LOCK_TTL_MS = 30_000  # a dead holder's lock expires after this; a live one renews it

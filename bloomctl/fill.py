@@ -17,6 +17,7 @@ from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
 from bloomctl.manifest import is_member_name, read_manifest, select_manifests
+from bloomctl.planner import format_rate
 from bloomctl.sharded import ShardedState
 from bloomctl.topology import primaries
 
@@ -127,7 +128,7 @@ def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
     fpr = state.estimated_fpr
     if limits.max_fpr is not None and fpr is not None and fpr > limits.max_fpr:
         status = OVER
-        reasons.append(f"estimated FPR {fpr:.3g} > max {limits.max_fpr:.3g}")
+        reasons.append(f"estimated FPR {format_rate(fpr)} > max {format_rate(limits.max_fpr)}")
     if status == OK and state.fill_ratio > limits.warn_at:
         status = WARN
         reasons.append(f"fill {state.fill_ratio:.1%} > warn {limits.warn_at:.1%}")

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from bloomctl import backends
 from bloomctl.backends import AUTO
 from bloomctl.client import RedisClient
-from bloomctl.defaults import DEFAULT_MIN_RATIO
+from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lock import FilterLock
@@ -85,6 +86,7 @@ class SwapResult:
     keep_old_seconds: float
     manifest: Manifest | None = None
     note: str | None = None  # the swap's reply was lost, and bloomctl looked: it was applied
+    dry_run: bool = False  # every check passed; nothing was swapped
 
     @property
     def sharded(self) -> bool:
@@ -102,23 +104,33 @@ def swap(
     key: str | bytes,
     *,
     standby: str | bytes | None = None,
-    keep_old_seconds: float = 0,
+    keep_old_seconds: float = DEFAULT_KEEP_OLD_SECONDS,
     min_ratio: float = DEFAULT_MIN_RATIO,
     allow_shrink: bool = False,
     confirm: Confirm | None = None,
     lock: FilterLock | None = None,
     allow_recipe_change: bool = False,
+    lock_wait: float = 0,
+    dry_run: bool = False,
 ) -> SwapResult:
     """Atomically replace the filter ``key`` with its standby, under the filter's lock.
 
     Refuses a standby that is missing, unfinished, of another backend, or (unless ``allow_shrink``)
     holding fewer than ``min_ratio`` of the active filter's items. A sharded filter swaps every
-    member (resuming an interrupted swap). Pass ``lock`` when the caller already holds it (a rebuild).
+    member (resuming an interrupted swap). Pass ``lock`` when the caller already holds it (a rebuild);
+    ``lock_wait`` seconds to wait for a held lock. The replaced filter is kept ``keep_old_seconds``
+    (an hour by default) for ``rollback``; 0 unlinks it. ``dry_run``: every check, nothing written
+    (the lock is looked at, not taken).
     """
     to_keep_ms(keep_old_seconds)  # checked before anything is taken or written
     if standby is not None and read_manifest(client, key) is not None:
         raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
-    held = nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap")
+    if dry_run:
+        FilterLock(client, key).check_free()
+        return _swap_dry_run(
+            client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, allow_recipe_change
+        )
+    held = nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
     with held as the_lock:
         return _swap_under_lock(
             client,
@@ -192,22 +204,68 @@ def _swap_under_lock(
     )
 
 
+def _swap_dry_run(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    standby: str | bytes | None,
+    keep_old_seconds: float,
+    min_ratio: float,
+    allow_shrink: bool,
+    allow_recipe_change: bool,
+) -> SwapResult:
+    family = KeyFamily.of(key)
+    guards: dict[str, Any] = {
+        "min_ratio": min_ratio,
+        "allow_shrink": allow_shrink,
+        "allow_recipe_change": allow_recipe_change,
+    }
+    manifest = read_manifest(client, family.active)
+    if manifest is not None:
+        prepared, _done = prepare_sharded_swap(client, server, manifest, **guards)
+        replaced = [p.active_state is not None for p in prepared]
+        return SwapResult(family.active, None, replaced, None, None, family.old, keep_old_seconds, manifest, None, True)
+    plan = prepare_swap(client, server, family.active, standby=standby, **guards)
+    previous = plan.active_state.items if plan.active_state else None
+    replaced = [plan.active_state is not None]
+    items = plan.standby_state.items
+    return SwapResult(
+        family.active, plan.standby, replaced, items, previous, family.old, keep_old_seconds, None, None, True
+    )
+
+
 @dataclass(frozen=True)
 class RollbackResult:
     key: bytes
     standby: bytes  # where the filter rolled back from now is (one filter)
     manifest: Manifest | None = None
+    dry_run: bool = False  # every check passed; nothing was rolled back
 
 
 def rollback(
-    client: RedisClient, key: str | bytes, *, confirm: Confirm | None = None, lock: FilterLock | None = None
+    client: RedisClient,
+    key: str | bytes,
+    *,
+    confirm: Confirm | None = None,
+    lock: FilterLock | None = None,
+    lock_wait: float = 0,
+    dry_run: bool = False,
 ) -> RollbackResult:
     """Atomically restore the filter ``key`` had before the last swap (kept with ``keep_old_seconds``),
-    under the filter's lock (pass ``lock`` when the caller holds it). The filter rolled back from
-    becomes the standby, so a swap re-applies it."""
+    under the filter's lock (pass ``lock`` when the caller holds it; ``lock_wait`` seconds to wait
+    for it). The filter rolled back from becomes the standby, so a swap re-applies it. ``dry_run``:
+    every check, nothing written."""
     family = KeyFamily.of(key)
     manifest = read_manifest(client, family.active)
-    with nullcontext(lock) if lock is not None else FilterLock(client, family.active, command="bloomctl rollback"):
+    if dry_run:
+        FilterLock(client, family.active).check_free()
+        if manifest is not None:
+            rollback_sharded(client, manifest, dry_run=True)
+        else:
+            rollback_single(client, family.active, dry_run=True)
+        return RollbackResult(family.active, family.standby, manifest, dry_run=True)
+    the_lock = FilterLock(client, family.active, command="bloomctl rollback", wait=lock_wait)
+    with nullcontext(lock) if lock is not None else the_lock:
         if manifest is not None:
             _confirmed(confirm, f"Roll the {manifest.shards} shards of {to_display(family.active)!r} back?")
             rollback_sharded(client, manifest)

@@ -57,9 +57,16 @@ class FilterLock:
     """A context manager: acquire on enter (or raise LockHeld), renew in the background, release on exit."""
 
     def __init__(
-        self, client: RedisClient, key: str | bytes, *, command: str = "bloomctl", ttl_ms: int = DEFAULT_LOCK_TTL_MS
+        self,
+        client: RedisClient,
+        key: str | bytes,
+        *,
+        command: str = "bloomctl",
+        ttl_ms: int = DEFAULT_LOCK_TTL_MS,
+        wait: float = 0,
     ) -> None:
         self.client = client
+        self.wait = wait  # seconds to wait for a held lock before LockHeld (0: refuse at once)
         self.family = KeyFamily.of(key)
         self.lock_key = self.family.lock
         self.ttl_ms = ttl_ms
@@ -80,17 +87,38 @@ class FilterLock:
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
+        """Take the lock, or raise LockHeld naming its holder; with ``wait``, retry (every 0.05 s
+        growing to 1 s) until the holder releases it or ``wait`` seconds have passed."""
         self._require_scripting()
-        asked = time.monotonic()
-        if not self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
+        deadline = time.monotonic() + self.wait
+        pause = 0.05
+        while True:
+            asked = time.monotonic()
+            if self.client.set(self.lock_key, self.value, nx=True, px=self.ttl_ms):
+                break
             check_companions(self.client, [(self.lock_key, "lock")])  # a hash there: not a lock at all
-            holder = describe_holder(self.client.get(self.lock_key))
-            ttl = self.client.pttl(self.lock_key)
-            expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""
-            raise LockHeld("%r is locked by %s%s", to_display(self.family.active), holder, expiry)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._refuse()
+            time.sleep(min(pause, remaining))  # the last try at the deadline itself
+            pause = min(pause * 2, 1.0)
         self._valid_until = asked + self.ttl_ms / 1000
         self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
         self._thread.start()
+
+    def _refuse(self) -> None:
+        raw = self.client.get(self.lock_key)
+        holder = describe_holder(raw) if raw is not None else "another run, which just released it"
+        ttl = self.client.pttl(self.lock_key) if raw is not None else -2
+        expiry = f"; it expires in {ttl / 1000:.0f}s unless renewed" if ttl and ttl > 0 else ""
+        waited = f" (waited {self.wait:g}s)" if self.wait else " (--lock-wait SECONDS waits for it)"
+        raise LockHeld("%r is locked by %s%s%s", to_display(self.family.active), holder, expiry, waited)
+
+    def check_free(self) -> None:
+        """Read-only (a dry run): raises LockHeld, like ``acquire``, when the lock is held now."""
+        check_companions(self.client, [(self.lock_key, "lock")])
+        if self.client.exists(self.lock_key):
+            self._refuse()
 
     def _require_scripting(self) -> None:
         """The lock's renewal and release, and everything done under it (marks, the swap), are Lua

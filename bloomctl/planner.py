@@ -283,3 +283,16 @@ def suggest_shards(total: Plan, max_shard_bytes: int, size_of: Callable[[Plan], 
     while shards < MAX_SHARDS and size_of(shard_plan(total, shards)) > max_shard_bytes:
         shards += 1  # per-shard overhead and rounding can need one more
     return shards
+
+
+def format_rate(value: float | None) -> str:
+    """One notation for every rate bloomctl prints: a percentage with 4 significant digits, never
+    an exponent (0.007301%); ``-`` for none."""
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    percent = value * 100
+    digits = max(0, 3 - math.floor(math.log10(abs(percent))))
+    text = f"{percent:.{digits}f}"
+    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"

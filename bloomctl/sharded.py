@@ -239,7 +239,10 @@ def swap_sharded(
         try:
             # The swap script checks a lock in its own member's slot (a script cannot reach the
             # filter's lock on another node): the member's, taken for this one swap.
-            with FilterLock(client, plan_.family.active, command="bloomctl swap (shard)", ttl_ms=lock.ttl_ms) as own:
+            own_lock = FilterLock(
+                client, plan_.family.active, command="bloomctl swap (shard)", ttl_ms=lock.ttl_ms, wait=lock.wait
+            )
+            with own_lock as own:
                 done, note = swap_under(client, plan_, keep_old_seconds=keep_old_seconds, lock=own)
         except Exception as exc:
             raise _stopped(manifest, already_done + index, exc) from exc
@@ -260,11 +263,11 @@ def _stopped(manifest: Manifest, swapped: int, exc: BaseException) -> BloomctlEr
     )
 
 
-def rollback_sharded(client: RedisClient, manifest: Manifest) -> None:
+def rollback_sharded(client: RedisClient, manifest: Manifest, *, dry_run: bool = False) -> None:
     for family in manifest.families:  # every member must be able to roll back before any moves
         if backends.key_type(client, family.old) == b"none":
             raise StateConflict("shard %r has no old filter to roll back to", to_display(family.active))
         if backends.key_type(client, family.standby) != b"none":
             raise StateConflict("shard %r has a standby; swap it in or delete it first", to_display(family.active))
     for member in manifest.members:
-        rollback(client, member)
+        rollback(client, member, dry_run=dry_run)

@@ -368,6 +368,8 @@ def prepare_swap(
             to_display(family.standby),
         )
     check_family(client, family, standby_key)
+    if backends.key_type(client, standby_key) == b"none" and backends.key_type(client, family.active) == b"none":
+        backends.for_key(client, family.active)  # neither exists: a typo? name the filter, with suggestions
     backend = backends.for_key(client, standby_key, "standby")
     state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
     if state in UNFINISHED:
@@ -455,10 +457,13 @@ def swap_under(
         )
 
 
-def rollback(client: RedisClient, key: str | bytes) -> None:
+def rollback(client: RedisClient, key: str | bytes, *, dry_run: bool = False) -> None:
+    """Every check, then (unless ``dry_run``) the atomic rollback."""
     family = KeyFamily.of(key)
     check_family(client, family)
     if backends.key_type(client, family.old) == b"none":
+        if backends.key_type(client, family.active) == b"none":
+            backends.for_key(client, family.active)  # no filter at all: a typo? name it, with suggestions
         raise KeyMissing(
             "no old filter %r to roll back to (a swap with `keep_old` seconds keeps one)", to_display(family.old)
         )
@@ -467,4 +472,5 @@ def rollback(client: RedisClient, key: str | bytes) -> None:
         raise StateConflict(
             "standby %r exists; swap it in or delete it before rolling back", to_display(family.standby)
         )
-    atomic_rollback(client, family)
+    if not dry_run:
+        atomic_rollback(client, family)

@@ -71,7 +71,7 @@ def test_fill_ratio_missing_keys_get_a_line_and_exit_5(filled):
     assert lines[1].startswith("nope MISSING (") and "does not exist" in lines[1]
     assert lines[2] == "zz:* MISSING (no Bloom filter matches this pattern)"
     assert lines[3].startswith("bf:string MISSING (") and "not a bloomctl filter" in lines[3]
-    assert "3 of 4 not found" in result.stderr
+    assert "3 of 4 are not filters (not found: nope, zz:*; not a filter: bf:string)" in result.stderr
     prom = filled.cli("fill-ratio", "bf:a", "nope", "--format", "prometheus")
     families = {f.name: f for f in text_string_to_metric_families(prom.stdout)}
     assert {s.labels["key"]: s.value for s in families["bloomctl_filter_present"].samples} == {"bf:a": 1, "nope": 0}

@@ -843,3 +843,166 @@ def test_rebuild_metrics_file_says_duration_items_and_result(target, tmp_path):
     assert failed["bloomctl_last_success_timestamp_seconds"] == value["bloomctl_last_success_timestamp_seconds"]
     nowhere = target.cli(*args, "--metrics-file", str(tmp_path / "none" / "x.prom"))
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and target.card("users") == 700
+
+
+def test_a_swap_keeps_the_replaced_filter_for_rollback_by_default(target):
+    """(15) The replaced filter was unlinked unless --keep-old was given: a bad swap could not be
+    rolled back. It is kept for an hour by default; `--keep-old 0` drops it."""
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    swapped = target.cli("swap", "users", "--yes")
+    assert swapped.exit_code == 0, swapped.stderr
+    old = KeyFamily.of("users").old
+    assert target.card(old) == 1000 and 3500 < target.client.ttl(old) <= 3600
+    assert target.cli("rollback", "users", "--yes").exit_code == 0 and target.card("users") == 1000
+    again = target.cli("swap", "users", "--yes", "--keep-old", "0")  # the rolled-back filter is the standby
+    assert again.exit_code == 0 and target.card("users") == 900 and not target.client.exists(old)
+
+
+def test_dry_runs_check_everything_and_change_nothing(target):
+    """(15) `--dry-run` on swap and rollback: every check of the real command (the lock, the shrink
+    guard), and nothing written."""
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+
+    def snapshot() -> dict:
+        return {k: target.client.dump(k) for k in target.client.scan_iter(count=1000)}
+
+    before = snapshot()
+    dry = target.cli("swap", "users", "--dry-run", "--format", "json")
+    assert dry.exit_code == 0, dry.stderr
+    data = json.loads(dry.stdout)
+    assert data["dry_run"] is True and data["swapped"] is False and data["items"] == 900
+    assert data["previous_items"] == 1000
+    assert "dry run: would swap" in target.cli("swap", "users", "--dry-run", "--format", "text").stdout
+    assert snapshot() == before
+    shrink = target.cli("swap", "users", "--dry-run", "--min-ratio", "0.95")
+    assert shrink.exit_code == 5 and "--allow-shrink" in shrink.stderr  # the real guard, refused
+    target.client.set(KeyFamily.of("users").lock, json.dumps({"token": "t", "command": "bloomctl rebuild"}))
+    locked = target.cli("swap", "users", "--dry-run")
+    assert locked.exit_code == 6 and "locked by" in locked.stderr
+    target.client.delete(KeyFamily.of("users").lock)
+    no_old = target.cli("rollback", "users", "--dry-run")
+    assert no_old.exit_code == 5 and "no old filter" in no_old.stderr
+    assert snapshot() == before
+    assert target.cli("swap", "users", "--yes").exit_code == 0
+    before = snapshot()
+    target.client.delete(KeyFamily.of("users").standby)  # (there is none after a swap; rollback needs none)
+    rolled = target.cli("rollback", "users", "--dry-run", "--format", "text")
+    assert rolled.exit_code == 0 and "dry run: would roll" in rolled.stdout, rolled.stderr
+    assert snapshot() == before and target.card("users") == 900
+
+
+def test_functions_install_dry_run_loads_nothing(cli_plain, plain):
+    """(15) `functions install --dry-run` says which primaries would get the library."""
+    client = plain.client()
+    client.execute_command("FUNCTION", "FLUSH")
+    dry = cli_plain("functions", "install", "--dry-run", "--format", "json")
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["would_load"], dry.stdout
+    assert client.execute_command("FUNCTION", "LIST") == []
+    assert cli_plain("functions", "install").exit_code == 0
+    text = cli_plain("functions", "install", "--dry-run", "--format", "text")
+    assert "every primary has the current library" in text.stdout
+
+
+def test_lock_wait_waits_for_the_holder(target):
+    """(15) A swap during a rebuild exited 6 at once; `--lock-wait SECONDS` waits for the lock
+    (and still exits 6, naming the holder, when it is not released in time)."""
+    import threading
+    import time
+
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    lock = KeyFamily.of("users").lock
+    holder = json.dumps({"token": "t", "command": "bloomctl rebuild", "host": "h", "pid": 1})
+    target.client.set(lock, holder, px=30_000)
+    started = time.monotonic()
+    waited = target.cli("swap", "users", "--yes", "--lock-wait", "0.5")
+    assert waited.exit_code == 6 and "waited 0.5s" in waited.stderr
+    assert 0.4 < time.monotonic() - started < 3
+    assert "--lock-wait" in target.cli("swap", "users", "--yes").stderr  # the hint, when not waiting
+    threading.Timer(0.6, lambda: target.client.delete(lock)).start()
+    started = time.monotonic()
+    swapped = target.cli("swap", "users", "--yes", "--lock-wait", "10")
+    assert swapped.exit_code == 0, swapped.stderr
+    assert 0.5 < time.monotonic() - started < 5 and target.card("users") == 900
+
+
+def test_redis_cli_style_addresses(target, plain):
+    """(16) `-h HOST -p PORT` as in redis-cli, and a bare `host:port` URL; the password and the
+    database of the URL are kept; a unix socket URL takes no port."""
+    from bloomctl.connection import settings_from
+
+    target.reserve("users", 1000)
+    host, port = target.url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    wrong = f"redis://127.0.0.1:{plain.port + 1 if plain.port < 65535 else 1}/0"  # nothing there
+    by_flags = target.cli("-h", host, "-p", port, "info", "users", "--format", "json", url=wrong)
+    assert by_flags.exit_code == 0 and json.loads(by_flags.stdout)["key"] == "users", by_flags.stderr
+    bare = target.cli("info", "users", "--format", "json", url=f"{host}:{port}")
+    assert bare.exit_code == 0, bare.stderr
+    settings = settings_from("redis://ann:s3cret@db.example:6380/4?ssl_cert_reqs=none", host="10.0.0.9", port=7000)
+    assert settings.url == "redis://ann:s3cret@10.0.0.9:7000/4?ssl_cert_reqs=none"
+    assert settings_from("rediss://db.example/2", port=6390).url == "rediss://db.example:6390/2"
+    assert settings_from("redis://x", host="::1").url == "redis://[::1]:6379"
+    unix = target.cli("-p", "7000", "info", "users", url="unix:///tmp/redis.sock")
+    assert unix.exit_code == 2 and "unix://" in unix.stderr
+    help_alone = target.cli("-h")
+    assert help_alone.exit_code == 0 and "--host" in help_alone.stdout
+
+
+def test_bloomctl_alone_prints_a_short_usage(cli):
+    """(16) `bloomctl` alone was an error (exit 2, the whole help on stderr)."""
+    result = cli()
+    assert result.exit_code == 0 and result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Usage: ") and "COMMAND" in lines[0] and len(lines) <= 4
+    assert "rebuild" in result.stdout and "--help" in result.stdout
+
+
+def test_a_typo_in_a_filter_name_gets_a_suggestion(target):
+    """(16) `info user` when `users` exists said only "does not exist"."""
+    target.reserve("users", 1000)
+    target.reserve("orders", 1000)
+    target.client.set("user_session", "a plain string: not a filter")
+    for args in (["info", "user"], ["swap", "user", "--yes"], ["rollback", "user", "--yes"]):
+        result = target.cli(*args)
+        assert result.exit_code == 5 and "did you mean 'users'?" in result.stderr, (args, result.stderr)
+        assert "user_session" not in result.stderr
+    fill = target.cli("fill-ratio", "user", "--format", "text")
+    assert fill.exit_code == 5 and "did you mean 'users'?" in fill.stdout
+    far = target.cli("info", "inventory")
+    assert far.exit_code == 5 and "did you mean" not in far.stderr
+
+
+def test_a_hash_is_reported_as_not_a_filter(target):
+    """(16) A key holding a hash was counted with the filters "not found"."""
+    target.reserve("users", 1000)
+    target.client.hset("profile", "a", "1")
+    info = target.cli("info", "profile")
+    assert info.exit_code == 5 and "'profile' holds a hash, not a Bloom filter" in info.stderr
+    fill = target.cli("fill-ratio", "users", "profile", "nope", "--format", "text")
+    assert fill.exit_code == 5
+    assert "2 of 3 are not filters (not found: nope; not a filter: profile)" in fill.stderr
+
+
+def test_a_postgres_url_is_accepted(target, pg_engine):
+    """(16) `postgres://` (libpq's and many platforms' spelling) was refused by SQLAlchemy."""
+    from tests.fixtures.sql import PG_URL
+
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS hardening_pg_scheme")
+        conn.exec_driver_sql("CREATE TABLE hardening_pg_scheme (id text)")
+        conn.exec_driver_sql("INSERT INTO hardening_pg_scheme SELECT 'u' || g FROM generate_series(1, 300) g")
+    url = "postgres://" + PG_URL.split("://", 1)[1]
+    result = target.cli(
+        "rebuild",
+        "users",
+        "--from-sql",
+        "SELECT id FROM hardening_pg_scheme",
+        "--db-url",
+        url,
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        "--swap",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert target.card("users") == 300

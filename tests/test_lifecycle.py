@@ -164,7 +164,7 @@ def test_swap_then_rollback(pair):
 
 def test_swap_without_keep_old(pair):
     target, family = pair
-    result = target.cli("swap", "users", "--yes")
+    result = target.cli("swap", "users", "--yes", "--keep-old", "0")
     assert result.exit_code == 0 and "unlinked" in result.stdout
     assert not target.client.exists(family.old)
     nothing = target.cli("rollback", "users", "--yes")

@@ -360,7 +360,7 @@ def test_usage_errors(target, tmp_path):
     assert cli("rebuild", "users", "--from-sql", "SELECT 1", "-e", "1%").exit_code == 2  # no --db-url
     assert cli("rebuild", "users", "--from-csv", "-", "--capacity", "auto", "-e", "1%", input="a\n").exit_code == 2
     stdin = cli("rebuild", "users", "--from-csv", "-", "-e", "1%", input="a\n")  # auto by default: stdin can't
-    assert stdin.exit_code == 2 and "cannot be counted first: give --capacity N" in stdin.stderr
+    assert stdin.exit_code == 2 and "cannot be counted first: pass --capacity N" in stdin.stderr
     assert cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--since-column", "x").exit_code == 2
     assert target.client.exists(KeyFamily.of("users").lock) == 0
 

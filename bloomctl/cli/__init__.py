@@ -70,6 +70,14 @@ class BloomctlGroup(click.Group):
                 _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}", ctx)
             _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags), ctx)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:  # `bloomctl` alone: a short usage, not an error
+            click.echo(ctx.get_usage())
+            click.echo(f"Commands: {', '.join(self.list_commands(ctx))}")
+            click.echo("Try 'bloomctl --help' for the options, 'bloomctl COMMAND --help' for a command's.")
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,
@@ -80,6 +88,9 @@ class BloomctlGroup(click.Group):
         """Click's own handling, except that every error is one line: ``bloomctl: error: ...``."""
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
+        given = sys.argv[1:] if args is None else list(args)
+        if given and given[-1] == "-h":  # -h last: help (given a value, -h is the host, as in redis-cli)
+            args = [*given[:-1], "--help"]
         previous = _catch_signals()
         _open_closed_streams()
         try:
@@ -172,7 +183,12 @@ def _restore_signals(previous: dict[int, Any]) -> None:
     "--url",
     "-u",
     metavar="URL",
-    help=f"redis://[user:pass@]host:port/db, rediss:// (TLS) or unix:///path. [env: {URL_ENV}; default: {DEFAULT_URL}]",
+    help=f"redis://[user:pass@]host:port/db, rediss:// (TLS), unix:///path, or just host:port. "
+    f"[env: {URL_ENV}; default: {DEFAULT_URL}]",
+)
+@click.option("--host", "-h", metavar="HOST", help="The server's host, replacing the URL's (like redis-cli -h).")
+@click.option(
+    "--port", "-p", type=click.IntRange(1, 65535), help="The server's port, replacing the URL's (like redis-cli -p)."
 )
 @click.option(
     "--cluster/--no-cluster", default=None, help="Talk to a Redis Cluster (default: detected from the server)."

@@ -201,7 +201,14 @@ def fill_ratio_command(
     else:
         click.echo(text, nl=False)
     if missing:
-        current().log(f"{len(missing)} of {len(reports)} not found: {', '.join(missing)}", level="error")
+        wrong = [to_display(r.key) for r in reports if r.status == MISSING and " holds " in " ".join(r.reasons)]
+        absent = [name for name in missing if name not in wrong]
+        parts = [
+            f"not found: {', '.join(absent)}" if absent else "",
+            f"not a filter: {', '.join(wrong)}" if wrong else "",
+        ]
+        summary = "; ".join(part for part in parts if part)
+        current().log(f"{len(missing)} of {len(reports)} are not filters ({summary})", level="error")
         raise click.exceptions.Exit(code)
     if over:
         current().log(f"{len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", level="warning")

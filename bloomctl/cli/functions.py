@@ -10,7 +10,7 @@ from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
-from bloomctl.errors import ExitCode
+from bloomctl.errors import ExitCode, UnsupportedServer
 
 
 @click.group("functions")
@@ -44,17 +44,41 @@ def _print_status(status: dict[str, Any]) -> None:
 
 @functions_group.command("install")
 @click.option("--force", is_flag=True, help="Replace even a newer library (from a newer bloomctl).")
+@click.option("--dry-run", is_flag=True, help="Say what would be loaded on which primary; load nothing.")
 @format_option("text", "json")
 @click.pass_obj
-def install_command(app: AppContext, force: bool, output_format: str) -> None:
+def install_command(app: AppContext, force: bool, dry_run: bool, output_format: str) -> None:
     """Load (or replace) the library on every primary. Idempotent; never downgrades without --force.
 
     \b
-    Example:
+    Examples:
       bloomctl functions install
+      bloomctl functions install --dry-run
     """
     from bloomctl.backends.bitmap import Bitmap
 
+    if dry_run:
+        status = _status(app)
+        newer = [n["node"] for n in status["nodes"] if n["state"] == "newer"]
+        if newer and not force:
+            raise UnsupportedServer(
+                "a newer bloomctl installed the library on %s: a real install refuses it (upgrade bloomctl, or --force)",
+                ", ".join(newer),
+            )
+        status["dry_run"] = True
+        status["would_load"] = [n["node"] for n in status["nodes"] if n["state"] != "current"]
+        if output_format == "json":
+            emit_json(status)
+            return
+        _print_status(status)
+        if status["mode"] != "functions":
+            click.echo("dry run: nothing to install in script mode (loaded when needed); nothing changed")
+        elif status["would_load"]:
+            targets = ", ".join(status["would_load"])
+            click.echo(f"dry run: would load version {status['expected_version']} on {targets}; nothing changed")
+        else:
+            click.echo("dry run: every primary has the current library; nothing to do")
+        return
     Bitmap().install(app.client, force=force)
     status = _status(app)
     emit_json(status) if output_format == "json" else _print_status(status)

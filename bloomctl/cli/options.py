@@ -14,8 +14,10 @@ from bloomctl.defaults import (
     AUTO,
     BACKEND_ENV,
     DEFAULT_EXPANSION,
+    DEFAULT_KEEP_OLD_SECONDS,
     DEFAULT_MIN_RATIO,
     MAX_KEEP_OLD_SECONDS,
+    MAX_LOCK_WAIT_SECONDS,
     MAX_SHARDS,
 )
 from bloomctl.errors import UsageError
@@ -187,8 +189,21 @@ def swap_guard_options(f: F) -> F:
         "--keep-old",
         metavar="SECONDS",
         type=Number(min=0, max=MAX_KEEP_OLD_SECONDS),
+        default=DEFAULT_KEEP_OLD_SECONDS,
+        show_default=True,
+        help="Keep the replaced filter this long so `rollback` can restore it (it holds its memory "
+        "meanwhile); 0 unlinks it now.",
+    )(f)
+    return lock_wait_option(f)
+
+
+def lock_wait_option(f: F) -> F:
+    """--lock-wait: wait for a held lock instead of exiting 6 at once."""
+    return click.option(
+        "--lock-wait",
+        metavar="SECONDS",
+        type=Number(min=0, max=MAX_LOCK_WAIT_SECONDS),
         default=0,
         show_default=True,
-        help="Keep the replaced filter for this long so `rollback` can restore it; 0 unlinks it now.",
+        help="Wait up to this long for another run's lock on the filter before giving up (exit 6).",
     )(f)
-    return f

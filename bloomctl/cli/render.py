@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 import click
 
 from bloomctl.cli.output import current, no_color
+from bloomctl.planner import format_rate as fmt_rate  # noqa: F401 (the commands' name for it)
 
 # Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
 # they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.
@@ -68,18 +68,6 @@ def human_bytes(n: int | float | None) -> str:
             return f"{int(value):,} B" if unit == "B" else f"{value:,.2f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover
-
-
-def fmt_rate(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    # one notation for every rate: a percentage with 4 significant digits, never an exponent
-    percent = value * 100
-    digits = max(0, 3 - math.floor(math.log10(abs(percent))))
-    text = f"{percent:.{digits}f}"
-    return (text.rstrip("0").rstrip(".") if "." in text else text) + "%"
 
 
 def emit_json(data: Any) -> None:

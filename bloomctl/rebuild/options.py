@@ -12,6 +12,7 @@ from bloomctl.defaults import (
     DEFAULT_CATCHUP_SKEW,
     DEFAULT_CLIENT_MEMORY,
     DEFAULT_HEADROOM,
+    DEFAULT_KEEP_OLD_SECONDS,
     DEFAULT_LOCK_TTL_MS,
     DEFAULT_MIN_RATIO,
     DEFAULT_VERIFY_SAMPLE,
@@ -40,7 +41,8 @@ class RebuildOptions:
     since_column: str | None = None
     catchup_skew: float = DEFAULT_CATCHUP_SKEW
     swap: bool = False
-    keep_old: float = 0.0
+    keep_old: float = DEFAULT_KEEP_OLD_SECONDS
+    lock_wait: float = 0.0
     min_ratio: float = DEFAULT_MIN_RATIO
     allow_shrink: bool = False
     allow_recipe_change: bool = False  # swap in items built otherwise than the active filter's

@@ -152,7 +152,7 @@ def resolve_plan(
     counted = None
     if capacity == AUTO:
         if not source.rewindable:
-            raise UsageError("a source read once (stdin) cannot be counted first: give `capacity` N")
+            raise UsageError("a source read once (stdin) cannot be counted first: pass `capacity` N")
         events("counting the source (capacity auto)", {"phase": "count"})
         counted = source.count()
         capacity = max(math.ceil(counted * options.headroom), 1)

@@ -68,7 +68,9 @@ def rebuild(
             pass
         report.source = source.stats
     else:
-        with FilterLock(client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms) as lock:
+        with FilterLock(
+            client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms, wait=options.lock_wait
+        ) as lock:
             log(
                 f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {options.lock_ttl_ms / 1000:g}s)",
                 {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},

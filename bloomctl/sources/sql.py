@@ -21,10 +21,12 @@ DRIVER_HINTS = {
     "mysql": ("mysql+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
     "mariadb": ("mariadb+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
 }
+DRIVER_HINTS["postgres"] = DRIVER_HINTS["postgresql"]  # libpq's and Heroku's spelling; SQLAlchemy refuses it
 
 
 def normalise_db_url(url: str) -> str:
-    """``postgresql://`` and ``mysql://`` name drivers bloomctl does not ship: use the ones it does."""
+    """``postgresql://`` (or ``postgres://``) and ``mysql://`` name drivers bloomctl does not ship:
+    use the ones it does."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise UsageError("`db_url` must look like postgresql://user@host/db, mysql://..., or sqlite:///path")
