@@ -127,10 +127,11 @@ def swap(
         raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
     if dry_run:
         FilterLock(client, key).check_free()
-        return _swap_dry_run(
-            client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, allow_recipe_change
+        held: Any = nullcontext(None)
+    else:
+        held = (
+            nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
         )
-    held = nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
     with held as the_lock:
         return _swap_under_lock(
             client,
@@ -156,8 +157,9 @@ def _swap_under_lock(
     allow_shrink: bool,
     allow_recipe_change: bool,
     confirm: Confirm | None,
-    lock: FilterLock,
+    lock: FilterLock | None,
 ) -> SwapResult:
+    """The checks, then (under ``lock``) the swap; with no lock (a dry run), only the checks."""
     family = KeyFamily.of(key)
     manifest = read_manifest(client, family.active)
     if manifest is not None:
@@ -171,6 +173,11 @@ def _swap_under_lock(
             allow_shrink=allow_shrink,
             allow_recipe_change=allow_recipe_change,
         )
+        if lock is None:
+            would_replace = [p.active_state is not None for p in prepared]
+            return SwapResult(
+                family.active, None, would_replace, None, None, family.old, keep_old_seconds, manifest, None, True
+            )
         _confirmed(confirm, f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?")
         members, note = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
         return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest, note)
@@ -184,6 +191,12 @@ def _swap_under_lock(
         allow_recipe_change=allow_recipe_change,
     )
     previous = plan.active_state.items if plan.active_state else None
+    if lock is None:
+        replaced_now = [plan.active_state is not None]
+        items = plan.standby_state.items
+        return SwapResult(
+            family.active, plan.standby, replaced_now, items, previous, family.old, keep_old_seconds, dry_run=True
+        )
     _confirmed(
         confirm,
         f"Swap {to_display(plan.standby)!r} ({plan.standby_state.items:,} items) into {to_display(family.active)!r}"
@@ -201,36 +214,6 @@ def _swap_under_lock(
         keep_old_seconds,
         None,
         note,
-    )
-
-
-def _swap_dry_run(
-    client: RedisClient,
-    server: ServerInfo,
-    key: str | bytes,
-    standby: str | bytes | None,
-    keep_old_seconds: float,
-    min_ratio: float,
-    allow_shrink: bool,
-    allow_recipe_change: bool,
-) -> SwapResult:
-    family = KeyFamily.of(key)
-    guards: dict[str, Any] = {
-        "min_ratio": min_ratio,
-        "allow_shrink": allow_shrink,
-        "allow_recipe_change": allow_recipe_change,
-    }
-    manifest = read_manifest(client, family.active)
-    if manifest is not None:
-        prepared, _done = prepare_sharded_swap(client, server, manifest, **guards)
-        replaced = [p.active_state is not None for p in prepared]
-        return SwapResult(family.active, None, replaced, None, None, family.old, keep_old_seconds, manifest, None, True)
-    plan = prepare_swap(client, server, family.active, standby=standby, **guards)
-    previous = plan.active_state.items if plan.active_state else None
-    replaced = [plan.active_state is not None]
-    items = plan.standby_state.items
-    return SwapResult(
-        family.active, plan.standby, replaced, items, previous, family.old, keep_old_seconds, None, None, True
     )
 
 

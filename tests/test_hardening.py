@@ -1006,3 +1006,23 @@ def test_a_postgres_url_is_accepted(target, pg_engine):
     )
     assert result.exit_code == 0, result.stderr
     assert target.card("users") == 300
+
+
+def test_a_sharded_dry_run_swap_changes_nothing(target, tmp_path):
+    """(15) `swap --dry-run` on a sharded filter checks every member's standby and swaps none."""
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(900)))
+    args = ["rebuild", "users", "--from-csv", str(csv), "-c", "3000", "-e", "1%", "--shards", "3"]
+    if target.backend.name == "bitmap":
+        args.append("--nonscaling")
+    assert target.cli(*args, "--swap").exit_code == 0
+    assert target.cli(*args).exit_code == 0  # the standbys, not swapped
+
+    def snapshot() -> dict:
+        return {k: target.client.dump(k) for k in target.client.scan_iter(count=1000)}
+
+    before = snapshot()
+    dry = target.cli("swap", "users", "--dry-run", "--format", "text")
+    assert dry.exit_code == 0 and "dry run: would swap 3 of 3 shards" in dry.stdout, dry.stdout + dry.stderr
+    assert snapshot() == before
+    assert target.cli("swap", "users", "--yes").exit_code == 0 and snapshot() != before

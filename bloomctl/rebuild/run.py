@@ -145,23 +145,10 @@ def load_all(
     report.build, report.build_note = path.where, path.reason
     log(describe(path), {"phase": "load", "build": path.where, "reason": path.reason})
     log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
-    reservoir = new_reservoir(options)
     if path.where == "client":
         reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
     else:
-        batches = prefetched(source.batches(options.batch))
-        limit = growth_limit(backend, standbys)
-        report.load = load(
-            client,
-            backend,
-            keys,
-            batches,
-            options,
-            reservoir=reservoir,
-            progress=progress,
-            limit=limit,
-            check=standbys.lock.check_writing,
-        )
+        reservoir = load_on_server(client, backend, source, standbys, options, report, progress)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -231,19 +218,30 @@ def build_in_client(
             raise StateConflict("the client build cannot finish: %s (use `build` server)", str(exc)) from None
         report.build, report.build_note = "server", str(exc)
         log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
+    return load_on_server(client, backend, source, standbys, options, report, progress)
+
+
+def load_on_server(
+    client: RedisClient,
+    backend: Backend,
+    source: Source,
+    standbys: Standbys,
+    options: RebuildOptions,
+    report: RebuildReport,
+    progress: Progress | None,
+) -> Sample | None:
+    """The server path: batches in flight into the standbys, never past a bitmap's capacity, the
+    lock checked before each batch. Returns the sample to verify."""
     reservoir = new_reservoir(options)
-    batches = prefetched(source.batches(options.batch))
-    keys = standbys.targets.standbys
-    limit = growth_limit(backend, standbys)
     report.load = load(
         client,
         backend,
-        keys,
-        batches,
+        standbys.targets.standbys,
+        prefetched(source.batches(options.batch)),
         options,
         reservoir=reservoir,
         progress=progress,
-        limit=limit,
+        limit=growth_limit(backend, standbys),
         check=standbys.lock.check_writing,
     )
     return reservoir
