@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from bloomctl.cli import main
 from bloomctl.errors import ExitCode
@@ -112,3 +113,41 @@ def test_the_python_api_example_runs(target, tmp_path, monkeypatch):
     exec(compile(example, "docs/python-api.md", "exec"), {"__name__": "docs_example"})
     assert os.path.exists(tmp_path / "users.csv")
     assert target.client.exists("users", "orders") == 2
+
+
+def _operations_command_lines() -> list[list[str]]:
+    """The bloomctl command lines of docs/operations.md: the cron jobs and the CronJob's command."""
+    import shlex
+
+    page = (DOCS / "operations.md").read_text(encoding="utf-8")
+    lines = []
+    for match in re.finditer(r"^\S+ \S+ \* \* \* bloomctl /opt/bloomctl/bin/bloomctl (.+)$", page, re.M):
+        words = shlex.split(match.group(1).replace('"$TEXTFILE', '"/tmp/textfile'))
+        lines.append([w for w in words if not re.match(r"^\d?>", w)])
+    block = re.search(r"command:\n((?:\s+- .+\n)+)", page)
+    assert block, "the CronJob's command list is gone"
+    items = [shlex.split(line.strip()[2:])[0] for line in block.group(1).splitlines()]
+    lines.append(items[1:])  # after the program's name
+    return lines
+
+
+def test_the_operations_page_command_lines_parse():
+    """(#10 item 18) Every option in the cron lines and the CronJob exists where it is placed:
+    Click parses each line (a trailing --help stops before anything runs)."""
+    lines = _operations_command_lines()
+    assert len(lines) == 3
+    for words in lines:
+        result = CliRunner().invoke(main, [*words, "--help"])
+        assert result.exit_code == 0, (words, result.output)
+
+
+def test_completion_scripts_are_generated_for_each_shell():
+    """(#10 item 18) The completion install lines of docs/operations.md produce a script."""
+    import subprocess
+    import sys
+
+    for shell, marker in (("bash", "complete -o"), ("zsh", "compdef"), ("fish", "complete --no-files")):
+        env = {**os.environ, "_BLOOMCTL_COMPLETE": f"{shell}_source"}
+        code = "import sys; from bloomctl.cli import main; sys.argv[0] = 'bloomctl'; main(prog_name='bloomctl')"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert marker in out.stdout and "_BLOOMCTL_COMPLETE" in out.stdout, (shell, out.stdout[:200], out.stderr)
