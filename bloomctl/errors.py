@@ -91,6 +91,8 @@ class StateConflict(BloomctlError):
 class KeyMissing(StateConflict):
     """A key the command needs does not exist."""
 
+    filter_key: bytes | None = None  # the filter name the user gave (the CLI may suggest close ones)
+
 
 class WrongType(StateConflict):
     """A key exists but holds something other than a Bloom filter."""

@@ -379,6 +379,14 @@ def prepare_swap(
             state,
         )
     standby_state = _counted(backend, client, standby_key)
+    if backend.name == "bitmap" and standby_state.items > standby_state.capacity:  # dual writes since the rebuild
+        raise StateConflict(
+            "the standby %r holds %s items, over its capacity of %s: a filter that never grows answers 'maybe' for "
+            "ever more absent items past it; rebuild with a larger capacity",
+            to_display(standby_key),
+            f"{standby_state.items:,}",
+            f"{standby_state.capacity:,}",
+        )
     active_state = None
     if backends.key_type(client, family.active) != b"none":
         active_backend = backends.for_key(client, family.active, "active filter")

@@ -1026,3 +1026,76 @@ def test_a_sharded_dry_run_swap_changes_nothing(target, tmp_path):
     assert dry.exit_code == 0 and "dry run: would swap 3 of 3 shards" in dry.stdout, dry.stdout + dry.stderr
     assert snapshot() == before
     assert target.cli("swap", "users", "--yes").exit_code == 0 and snapshot() != before
+
+
+def test_memory_running_out_during_a_sharded_swap_keeps_the_pending_standbys(target, tmp_path, monkeypatch):
+    """(2, review) A sharded `rebuild --swap` that hit maxmemory after its first member was swapped
+    deleted the other members' verified standbys (no way to finish or roll back) and said nothing
+    was swapped. The memory discard covers the load and the verification only."""
+    import bloomctl.sharded as sharded
+
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(900)))
+    args = ["rebuild", "users", "--from-csv", str(csv), "-c", "3000", "-e", "1%", "--shards", "3", "--swap"]
+    if target.backend.name == "bitmap":
+        args.append("--nonscaling")
+    assert target.cli(*args).exit_code == 0
+    original, calls = sharded.swap_under, []
+    nodes = [target.client] if not target.cluster else list(target.client.get_primaries())
+
+    def swap_then_fill_up(*a, **k):
+        out = original(*a, **k)
+        calls.append(1)
+        if len(calls) == 1:  # another writer takes the server over maxmemory after the first member
+            for node in nodes:
+                (node if not target.cluster else target.client.get_redis_connection(node)).config_set("maxmemory", "1")
+        return out
+
+    monkeypatch.setattr(sharded, "swap_under", swap_then_fill_up)
+    try:
+        stopped = target.cli(*args)
+    finally:
+        for node in nodes:
+            (node if not target.cluster else target.client.get_redis_connection(node)).config_set("maxmemory", "0")
+    assert stopped.exit_code != 0 and "was removed" not in stopped.stderr, stopped.stderr
+    monkeypatch.setattr(sharded, "swap_under", original)
+    finished = target.cli("swap", "users", "--yes")
+    assert finished.exit_code == 0, finished.stderr
+
+
+def test_a_swap_refuses_a_bitmap_standby_filled_past_its_capacity(target):
+    """(3, review) Dual writes kept filling a bitmap standby after the rebuild's count; `swap` then
+    put it in place at 3.3x its capacity (an FPR of 52%). Only the rebuild checked the fill."""
+    if target.backend.name != "bitmap":
+        pytest.skip("only filters that never grow: RedisBloom's NONSCALING refuses items past capacity itself")
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    standby = KeyFamily.of("users").standby
+    target.add(standby, [f"late:{i}" for i in range(10_000)])  # the application's dual writes
+    refused = target.cli("swap", "users", "--yes")
+    assert refused.exit_code == 5 and "over its capacity of 10,000" in refused.stderr, refused.stderr
+    assert target.card("users") == 1000
+
+
+def test_the_suggestion_is_bounded_and_never_in_the_library(target):
+    """(16, review) "Did you mean" walked the whole keyspace (3M keys: 3,009 SCAN calls, 11 s),
+    also inside the library's Filter.exists on a missing filter. Now: the command line only, at
+    most 10 SCAN calls per primary and type."""
+    if target.cluster:
+        pytest.skip("SCAN calls are counted on one server")
+    from bloomctl import open_filter
+    from bloomctl.errors import KeyMissing
+
+    target.reserve("users", 1000)
+    for chunk in range(60):  # 60,000 strings: like most keyspaces, far more than the look may read
+        target.client.mset({f"noise:{chunk}:{i}": "x" for i in range(1000)})
+
+    def scans() -> int:
+        return int(target.client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+
+    before = scans()
+    with pytest.raises(KeyMissing):
+        open_filter(target.client, "userz").exists("x")
+    assert scans() == before  # the application's path: no scan at all
+    result = target.cli("info", "userz")
+    assert result.exit_code == 5
+    assert 0 < scans() - before <= 2 * 10  # RedisBloom's type, then strings: 10 calls each at most

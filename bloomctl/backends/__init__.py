@@ -69,12 +69,10 @@ def for_key(client: RedisClient, key: bytes, role: str = "filter") -> Backend:
     """The backend of the filter at ``key``, recognised from the key itself."""
     kind = key_type(client, key)
     if kind == b"none":
-        hint = ""
-        if role in ("filter", "active filter"):  # a typo in the name the user gave
-            from bloomctl.suggest import did_you_mean
-
-            hint = did_you_mean(client, key)
-        raise KeyMissing("%s %r does not exist%s", role, to_display(key), hint)
+        missing = KeyMissing("%s %r does not exist", role, to_display(key))
+        if role in ("filter", "active filter"):  # a name the user gave: the command line may suggest others
+            missing.filter_key = key
+        raise missing
     for backend in _BACKENDS.values():
         if backend.owns(client, key, kind):
             return backend

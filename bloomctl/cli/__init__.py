@@ -35,6 +35,17 @@ def _asks_for_json(args: list[str]) -> bool:
     return "--format=json" in args or any(a == "--format" and b == "json" for a, b in itertools.pairwise(args))
 
 
+def _suggestion(ctx: click.Context, exc: BloomctlError) -> str:
+    """For a filter name that does not exist: '; did you mean ...?' (a bounded look, best effort)."""
+    key = getattr(exc, "filter_key", None)
+    app = ctx.find_object(AppContext)
+    if key is None or app is None:
+        return ""
+    from bloomctl.suggest import did_you_mean
+
+    return did_you_mean(app.client, key)
+
+
 def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str = "error") -> NoReturn:
     output = _output(ctx or click.get_current_context(silent=True))
     if output.debug and sys.exc_info()[0] is not None:
@@ -54,7 +65,7 @@ class BloomctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BloomctlError as exc:
-            _fail(exc.exit_code, exc.render(to_flags), ctx)
+            _fail(exc.exit_code, exc.render(to_flags) + _suggestion(ctx, exc), ctx)
         except Terminated:
             _fail(ExitCode.TERMINATED, "terminated (SIGTERM); the filter's lock is released", ctx)
         except KeyboardInterrupt:

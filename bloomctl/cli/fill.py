@@ -183,6 +183,7 @@ def fill_ratio_command(
         if output_file and output_format == "prometheus":
             _write(output_file, prometheus_text([], limits, int(exc.exit_code), output_file))
         raise
+    reports = [_with_suggestion(app, r) for r in reports]
     missing = [to_display(r.key) for r in reports if r.status == MISSING]
     over = [to_display(r.key) for r in reports if r.status == OVER]
     code = ExitCode.CONFLICT if missing else ExitCode.CHECK_FAILED if over else ExitCode.OK
@@ -213,6 +214,19 @@ def fill_ratio_command(
     if over:
         current().log(f"{len(over)} of {len(reports)} filters over the limit: {', '.join(over)}", level="warning")
         raise click.exceptions.Exit(code)
+
+
+def _with_suggestion(app: AppContext, report: FillReport) -> FillReport:
+    """A filter name that does not exist gets '; did you mean ...?' (a bounded look)."""
+    import dataclasses
+
+    from bloomctl.fill import is_pattern
+    from bloomctl.suggest import did_you_mean
+
+    if report.status != MISSING or is_pattern(report.key) or "does not exist" not in " ".join(report.reasons):
+        return report
+    hint = did_you_mean(app.client, report.key)
+    return dataclasses.replace(report, reasons=(report.reasons[0] + hint, *report.reasons[1:])) if hint else report
 
 
 def _write(path: str, text: str) -> None:

@@ -80,7 +80,6 @@ def rebuild(
                 since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
                 reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
                 verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
-                cut_over(client, server, family, backend, chosen, lock, options, report, log)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so in the metadata, then stop
                 with contextlib.suppress(Exception):
                     standbys.mark(INTERRUPTED)
@@ -90,6 +89,9 @@ def rebuild(
                     raise
                 standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
                 raise out_of_memory(exc, family.standby) from None
+            # Verified: from here on a failure (memory, a signal) never discards or marks a standby, so
+            # that a swap stopped part-way (sharded) is finished by `bloomctl swap`.
+            cut_over(client, server, family, backend, chosen, lock, options, report, log)
     report.seconds = time.perf_counter() - started
     return report
 
