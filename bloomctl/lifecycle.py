@@ -126,12 +126,16 @@ def swap(
     if standby is not None and read_manifest(client, key) is not None:
         raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
     if dry_run:
+        from bloomctl.backends.bitmap import installs_nothing
+
         FilterLock(client, key).check_free()
-        held: Any = nullcontext(None)
-    else:
-        held = (
-            nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
-        )
+        with installs_nothing():
+            return _swap_under_lock(
+                client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, allow_recipe_change, None, None
+            )
+    held: Any = (
+        nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
+    )
     with held as the_lock:
         return _swap_under_lock(
             client,

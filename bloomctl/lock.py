@@ -18,8 +18,8 @@ import time
 from datetime import UTC, datetime
 
 from bloomctl.client import RedisClient
-from bloomctl.defaults import DEFAULT_LOCK_TTL_MS
-from bloomctl.errors import LockHeld, StateConflict, UnsupportedServer
+from bloomctl.defaults import DEFAULT_LOCK_TTL_MS, MAX_LOCK_WAIT_SECONDS
+from bloomctl.errors import LockHeld, StateConflict, UnsupportedServer, UsageError
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.metadata import check_companions
 
@@ -65,6 +65,8 @@ class FilterLock:
         ttl_ms: int = DEFAULT_LOCK_TTL_MS,
         wait: float = 0,
     ) -> None:
+        if not 0 <= wait <= MAX_LOCK_WAIT_SECONDS:  # NaN too: it would wait for ever
+            raise UsageError("`lock_wait` must be 0 to %s seconds, got %r", MAX_LOCK_WAIT_SECONDS, wait)
         self.client = client
         self.wait = wait  # seconds to wait for a held lock before LockHeld (0: refuse at once)
         self.family = KeyFamily.of(key)

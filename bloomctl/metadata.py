@@ -30,7 +30,6 @@ return 1
 """
 
 
-OUR_FIELDS = ("created_by", "schema", "backend", "error_rate", "capacity", "expansion", "generation", "state")
 RECIPE = "recipe"  # how a rebuild built its items: JSON of the source's kind, column, template and prefix
 
 
@@ -106,7 +105,7 @@ def mark_state(client: RedisClient, meta_key: bytes, generation: str, state: str
 def foreign_companion(client: RedisClient, key: bytes, role: str) -> str | None:
     """What is wrong with a companion key bloomctl is about to overwrite, move or delete (None:
     nothing; absent is fine). Metadata must be a hash bloomctl wrote (``created_by``), a lock a
-    string: anything else belongs to someone else and is never touched."""  # (metadata: one of OUR_FIELDS)
+    string: anything else belongs to someone else and is never touched."""
     kind = client.type(key)
     kind = kind if isinstance(kind, bytes) else str(kind).encode()
     if kind == b"none":
@@ -114,8 +113,9 @@ def foreign_companion(client: RedisClient, key: bytes, role: str) -> str | None:
     if role == "metadata":
         if kind != b"hash":
             return f"holds a {kind.decode(errors='replace')}, not bloomctl metadata"
-        if not any(value is not None for value in client.hmget(key, OUR_FIELDS)):
-            return "is a hash bloomctl did not write (none of its fields: " + ", ".join(OUR_FIELDS) + ")"
+        written_by = client.hget(key, "created_by")
+        if written_by is None or not written_by.startswith(b"bloomctl "):  # every bloomctl has written it
+            return "is a hash bloomctl did not write (its created_by field is not 'bloomctl <version>')"
     elif role == "lock" and kind != b"string":
         return f"holds a {kind.decode(errors='replace')}, not a bloomctl lock"
     return None

@@ -1099,3 +1099,47 @@ def test_the_suggestion_is_bounded_and_never_in_the_library(target):
     result = target.cli("info", "userz")
     assert result.exit_code == 5
     assert 0 < scans() - before <= 2 * 10  # RedisBloom's type, then strings: 10 calls each at most
+
+
+def test_a_foreign_hash_with_a_field_named_like_ours_is_not_taken_for_metadata(target, tmp_path):
+    """(5, review) A hash at `{k}:meta` with a generic field (`state`, `schema`) was taken for
+    bloomctl's metadata and overwritten by `rebuild --swap`. Metadata is recognised by created_by."""
+    target.reserve("users", 1000)
+    meta = KeyFamily.of("users").meta
+    target.client.delete(meta)
+    target.client.hset(meta, mapping={"state": "active", "owner": "billing-service", "schema": "v2"})
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(700)))
+    result = target.cli("rebuild", "users", "--from-csv", str(csv), "-c", "2000", "-e", "1%", "--swap")
+    assert result.exit_code == 5 and "did not write" in result.stderr, result.stderr
+    assert target.client.hgetall(meta) == {b"state": b"active", b"owner": b"billing-service", b"schema": b"v2"}
+
+
+def test_a_dry_run_swap_loads_no_function_library(target):
+    """(15, review) `swap --dry-run` on a bitmap filter loaded the function library (FUNCTION LOAD:
+    a write, replicated) to count the standby's items. It uses the script cache instead."""
+    if target.backend.name != "bitmap":
+        pytest.skip("the function library is the bitmap backend's")
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    nodes = (
+        [target.client.get_redis_connection(n) for n in target.client.get_primaries()]
+        if target.cluster
+        else [target.client]
+    )
+    for node in nodes:
+        node.execute_command("FUNCTION", "FLUSH")
+    dry = target.cli("swap", "users", "--dry-run", "--format", "json")
+    assert dry.exit_code == 0 and json.loads(dry.stdout)["items"] == 900, dry.stderr
+    assert all(node.execute_command("FUNCTION", "LIST") == [] for node in nodes)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0])
+def test_the_library_refuses_a_lock_wait_that_never_ends(target, bad):
+    """(1, 15, review) `lifecycle.swap(..., lock_wait=nan)` waited for ever on a held lock."""
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    target.client.set(KeyFamily.of("users").lock, json.dumps({"token": "t"}), px=30_000)
+    server = detect(target.client)
+    with pytest.raises(UsageError, match="lock_wait"):
+        lifecycle.swap(target.client, server, "users", lock_wait=bad)
+    with pytest.raises(UsageError, match="lock_wait"):
+        lifecycle.rollback(target.client, "users", lock_wait=bad)

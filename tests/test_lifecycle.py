@@ -137,8 +137,8 @@ def pair(target):
     target.reserve(family.standby, 5000)
     target.add(family.active, [f"u{i}" for i in range(1000)])
     target.add(family.standby, [f"u{i}" for i in range(1200)])
-    target.client.hset(family.meta, "generation", "1")
-    target.client.hset(family.standby_meta, "generation", "2")
+    target.client.hset(family.meta, mapping={"generation": "1", "created_by": "bloomctl 0.1.0"})
+    target.client.hset(family.standby_meta, mapping={"generation": "2", "created_by": "bloomctl 0.1.0"})
     return target, family
 
 

@@ -9,10 +9,12 @@ send FCALL gets the same answers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from importlib import resources
 from typing import Any
@@ -26,6 +28,20 @@ from bloomctl.planner import Plan
 from bloomctl.topology import node_name, primaries
 
 LIBRARY_NAME = "bloomctl"
+_INSTALLS_NOTHING: ContextVar[bool] = ContextVar("bloomctl_installs_nothing", default=False)
+
+
+@contextlib.contextmanager
+def installs_nothing() -> Iterator[None]:
+    """Within: a missing function library is not loaded (FUNCTION LOAD writes to the server and
+    its replicas); the same code runs from the script cache instead. For dry runs."""
+    token = _INSTALLS_NOTHING.set(True)
+    try:
+        yield
+    finally:
+        _INSTALLS_NOTHING.reset(token)
+
+
 LIBRARY_VERSION = 2  # 2: bloomctl_add/exists pass errors on instead of answering nil
 FORMAT_VERSION = 1
 MAGIC = b"bloomctl"
@@ -233,6 +249,11 @@ class Bitmap(Backend):
                 LIBRARY_VERSION,
             )
         if any(v is None for v in versions.values()):
+            if _INSTALLS_NOTHING.get():  # a dry run: the same code through the script cache, no FUNCTION LOAD
+                sha = None
+                for node in primaries(client):
+                    sha = node.script_load(script_source())
+                return (SCRIPT, sha)
             self.install(client)
         self._modes[client] = (FUNCTIONS, None)
         return self._modes[client]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from bloomctl import backends
 from bloomctl.backends import AUTO, Backend
 from bloomctl.client import RedisClient
-from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS
+from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.manifest import Manifest, new_manifest, read_manifest
@@ -34,6 +34,8 @@ def check_options(source: Source, options: RebuildOptions) -> None:
         raise UsageError("`max_rate` must be a positive number of items per second, got %s", options.max_rate)
     to_keep_ms(options.keep_old)
     check_min_ratio(options.min_ratio)
+    if not 0 <= options.lock_wait <= MAX_LOCK_WAIT_SECONDS:  # NaN too
+        raise UsageError("`lock_wait` must be 0 to %s seconds, got %r", MAX_LOCK_WAIT_SECONDS, options.lock_wait)
     if options.since_column:
         if not isinstance(source, IncrementalSource):
             raise UsageError("`since_column` needs a SQL source")

@@ -86,6 +86,7 @@ def rebuild(
                 raise
             except Exception as exc:
                 if not is_out_of_memory(exc):
+                    _explain_by_a_lost_lock(lock, exc)
                     raise
                 standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
                 raise out_of_memory(exc, family.standby) from None
@@ -94,6 +95,19 @@ def rebuild(
             cut_over(client, server, family, backend, chosen, lock, options, report, log)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _explain_by_a_lost_lock(lock: FilterLock, exc: Exception) -> None:
+    """A write that failed because another run took the lock (and replaced the standby) reports
+    the lost lock, not the failed write it caused."""
+    if isinstance(exc, StateConflict) and "lost the lock" in str(exc):
+        return
+    try:
+        lock.check_held()
+    except StateConflict as lost:
+        raise lost from exc
+    except Exception:  # the server cannot say: the original error stands
+        return
 
 
 def new_report(
