@@ -34,6 +34,11 @@ def redact_url(url: str) -> str:
     if at != -1:
         user, colon, _password = rest[:at].partition(":")
         rest = f"{user}:***@{rest[at + 1 :]}" if colon else f"{user}@{rest[at + 1 :]}"
+    else:  # no '@': 'redis://user:secret' parses as host 'user', port 'secret': mask a port that is no number
+        netloc, slash, tail = rest.partition("/")
+        host, colon, port = netloc.rpartition(":")
+        if colon and not port.isdigit() and not netloc.endswith("]"):
+            rest = f"{host}:***{slash}{tail}"
     path, qmark, query = rest.partition("?")
     if qmark:
         query = "&".join(
@@ -53,21 +58,31 @@ def with_address(url: str, host: str | None, port: int | None) -> str:
     """The URL with its host and/or port replaced (its user, password, database and query kept)."""
     if host is None and port is None:
         return url
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        old_host, old_port = parts.hostname or "localhost", parts.port or 6379
+    except ValueError:
+        raise UsageError("invalid `url` %s: the host or port cannot be read", redact_url(url)) from None
     if parts.scheme.lower() == "unix":
         raise UsageError("--host/--port do not apply to a unix:// URL (a socket path)")
     userinfo, at, _address = parts.netloc.rpartition("@")
+    netloc = f"{userinfo}{at}{_host_part(host) if host is not None else _host_part(old_host)}"
+    return parts._replace(netloc=f"{netloc}:{port if port is not None else old_port}").geturl()
+
+
+def _host_part(host: str) -> str:
+    """A host name or an IP address as it stands in a URL (IPv6 in brackets); anything else (a URL,
+    user:password@host, host:port) is refused without being echoed: it may hold a password."""
+    import ipaddress
+
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        old_host, old_port = parts.hostname or "localhost", parts.port or 6379
+        return f"[{bare}]" if ipaddress.ip_address(bare).version == 6 else bare
     except ValueError:
-        raise UsageError("invalid `url` %s: bad port", redact_url(url)) from None
-    new_host = host if host is not None else old_host
-    if not new_host or any(c in new_host for c in "/?#@ "):
-        raise UsageError("invalid --host %r", new_host)
-    if ":" in new_host and not new_host.startswith("["):
-        new_host = f"[{new_host}]"  # an IPv6 address
-    netloc = f"{userinfo}{at}{new_host}:{port if port is not None else old_port}"
-    return parts._replace(netloc=netloc).geturl()
+        pass
+    if not bare or not all(c.isalnum() or c in "-._" for c in bare):
+        raise UsageError("--host takes a host name or an IP address (a URL goes in --url; a port in --port)")
+    return bare
 
 
 def check_userinfo(url: str) -> None:
@@ -130,8 +145,10 @@ class ConnectionSettings:
         try:
             parts = urlsplit(self.url)
             has_password = bool(parts.password)
+            _port = parts.port  # a port that is no number, or out of range, raises here (for every scheme)
         except ValueError as exc:
-            raise UsageError("invalid `url` %s: %s", self.redacted_url, _scrub(str(exc), self)) from None
+            reason = "the port is not a number from 0 to 65535" if "port" in str(exc).lower() else "it cannot be parsed"
+            raise UsageError("invalid `url` %s: %s", self.redacted_url, reason) from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
             raise UsageError(

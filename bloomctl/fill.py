@@ -88,12 +88,12 @@ class Thresholds:
     max_fpr: float | None = None
 
     def __post_init__(self) -> None:
+        if not self.max > 0:  # (first: the default warn follows max)
+            raise UsageError("`max` must be positive, got %s", self.max)
         if self.warn is None:
             object.__setattr__(self, "warn", min(DEFAULT_WARN, self.max))
         if not self.warn_at > 0:
             raise UsageError("`warn` must be positive, got %s", self.warn)
-        if not self.max > 0:
-            raise UsageError("`max` must be positive, got %s", self.max)
         if self.warn_at > self.max:
             raise UsageError("`warn` (%s) must not be above `max` (%s)", self.warn, self.max)
         if self.max_fpr is not None and not 0 < self.max_fpr < 1:

@@ -53,6 +53,9 @@ def parse_count(text: str | int, what: str = "capacity") -> int:
     return int(value)
 
 
+MIN_ERROR_RATE = 1e-100  # beyond any use (330 bits an item), and the arithmetic stays finite
+
+
 def parse_error_rate(text: str | float) -> float:
     """Parse ``0.01`` or ``1%`` into a probability strictly between 0 and 1."""
     raw = str(text).strip()
@@ -62,6 +65,10 @@ def parse_error_rate(text: str | float) -> float:
         raise UsageError("error rate %r is not a number (examples: 0.01, 1%%)", text) from None
     if not 0 < value < 1:
         raise UsageError("error rate must be strictly between 0 and 1 (0%% and 100%%), got %r", text)
+    if value < MIN_ERROR_RATE:
+        raise UsageError(
+            "error rate %r is below %s: no filter is that exact (over 300 bits an item)", text, MIN_ERROR_RATE
+        )
     return value
 
 
@@ -250,6 +257,8 @@ def plan(capacity: int, error_rate: float, expansion: int | None = DEFAULT_EXPAN
         raise UsageError("`capacity` must be a whole number of at least 1, got %r", capacity)
     if isinstance(error_rate, bool) or not isinstance(error_rate, int | float) or not 0 < error_rate < 1:
         raise UsageError("`error_rate` must be strictly between 0 and 1, got %r", error_rate)
+    if error_rate < MIN_ERROR_RATE:  # (halved for the first sub-filter, 5e-324 became 0: log(0))
+        raise UsageError("`error_rate` must be at least %s, got %r", MIN_ERROR_RATE, error_rate)
     if expansion is not None:
         validate_expansion(expansion)
     if items is not None and (not _whole(items) or items < 0):

@@ -1143,3 +1143,229 @@ def test_the_library_refuses_a_lock_wait_that_never_ends(target, bad):
         lifecycle.swap(target.client, server, "users", lock_wait=bad)
     with pytest.raises(UsageError, match="lock_wait"):
         lifecycle.rollback(target.client, "users", lock_wait=bad)
+
+
+def test_a_database_password_never_shows_and_may_hold_any_character(target, pg_engine):
+    """(8, review) A PostgreSQL password with a space failed on the ADBC and COPY paths (libpq
+    refused the URI) and its percent-encoded form showed in the error; an unencoded @ showed a
+    part of it."""
+    from tests.fixtures.sql import PG_URL
+
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS hardening_pw")
+        conn.exec_driver_sql("CREATE TABLE hardening_pw (id text)")
+        conn.exec_driver_sql("INSERT INTO hardening_pw SELECT 'u' || g FROM generate_series(1, 200) g")
+    user_host = PG_URL.split("://", 1)[1].split("@", 1)
+    url = f"postgresql://{user_host[0]}:p%40ss%2Fw%3Frd%231%20x@{user_host[1]}"  # p@ss/w?rd#1 x (trust auth)
+    ok = target.cli(
+        "rebuild",
+        "users",
+        "--from-sql",
+        "SELECT id FROM hardening_pw",
+        "--db-url",
+        url,
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        "--swap",
+    )
+    assert ok.exit_code == 0, ok.stderr
+    bad = target.cli("rebuild", "users", "--from-sql", "SELECT id FROM no_such_table_here", "--db-url", url)
+    assert bad.exit_code == 8
+    broken = target.cli(
+        "--log-format",
+        "json",
+        "rebuild",
+        "users",
+        "--from-sql",
+        "SELECT 1",
+        "--format",
+        "json",
+        "--db-url",
+        f"postgresql://{user_host[0]}:p@ss@{user_host[1]}",
+    )
+    assert broken.exit_code == 2
+    for result in (ok, bad, broken):
+        shown = result.stdout + result.stderr
+        for fragment in ("p@ss", "p%40ss", "w?rd", "w%3Frd", "rd#1", "%231", "1 x", "1%20x", "ss@"):
+            assert fragment not in shown, (fragment, shown)
+
+
+def test_sigterm_cancels_the_mysql_query(target, mysql_engine):
+    """(9, review) After SIGTERM a MariaDB/MySQL query kept running on the server (PyMySQL has no
+    cancel), and the exit took 10 s: bloomctl sends KILL QUERY from a second connection."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import sqlalchemy
+
+    url = mysql_engine.url.render_as_string(hide_password=False)
+    query = "SELECT 'x' AS v FROM (SELECT 1 AS one) AS t WHERE SLEEP(60) = 0 /* bloomctl-mysql-cancel */"
+    command = [
+        sys.executable,
+        "-m",
+        "bloomctl",
+        "--url",
+        target.url,
+        "-q",
+        "rebuild",
+        "users",
+        "--from-sql",
+        query,
+        "--db-url",
+        url,
+        "-c",
+        "100",
+        "-e",
+        "1%",
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def running() -> int:
+        with mysql_engine.connect() as conn:
+            rows = conn.execute(sqlalchemy.text("SHOW FULL PROCESSLIST")).all()
+        return sum(
+            1 for row in rows if "bloomctl-mysql-cancel" in str(row[7] or "") and "PROCESSLIST" not in str(row[7])
+        )
+
+    deadline = time.monotonic() + 20
+    while running() == 0:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err.decode()
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    while running():
+        assert time.monotonic() < deadline, "the query still runs on the server"
+        time.sleep(0.1)
+
+
+SECRET = "s3cr3tPW"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-h", f"redis://:{SECRET}@localhost:6379", "info", "users"],
+        ["-h", f"user:{SECRET}@localhost", "info", "users"],
+        ["-h", f"user:{SECRET}", "info", "users"],
+        ["--url", f"redis://default:{SECRET}", "info", "users"],
+        ["--url", f"redis://:{SECRET}", "info", "users"],
+        ["--url", f"user:{SECRET}", "info", "users"],
+        ["--url", f"redis://user:{SECRET}", "-p", "6380", "info", "users"],
+        ["--url", f"rediss://:{SECRET}@localhost:70x", "info", "users"],
+        ["--url", f"rediss://:{SECRET}@localhost:99999", "info", "users"],
+        ["--url", f"rediss://user:{SECRET}", "info", "users"],
+        ["--url", "redis://[::1:7970", "-p", "7970", "info", "users"],
+    ],
+)
+def test_bad_addresses_are_one_line_without_the_password(cli, args):
+    """(8, 12, 16, review) These echoed the password (a URL without '@host', a URL given to -h)
+    or crashed with exit 70; in text and JSON logs, and in the JSON error object."""
+    for extra in ([], ["--log-format", "json"]):
+        result = cli(*extra, *args, "--format", "json")
+        assert result.exit_code == 2, (args, result.stdout, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr
+        assert SECRET not in result.stdout + result.stderr and SECRET[2:-2] not in result.stdout + result.stderr
+        assert json.loads(result.stdout)["error"]["exit_code"] == 2
+        if extra:
+            assert json.loads(result.stderr)["level"] == "error"
+
+
+def test_option_errors_before_the_command_follow_log_format_json(cli):
+    """(13, review) A bad global option (read before the Output exists) gave a text line under
+    `--log-format json`; an error rate that underflows crashed (exit 70)."""
+    for args in (
+        ["--timeout", "nan", "info", "x"],
+        ["-p", "70000", "info", "x"],
+        ["plan", "-c", "1000", "-e", "5e-324"],
+    ):
+        result = cli("--log-format", "json", *args)
+        assert result.exit_code == 2, result.stderr
+        assert json.loads(result.stderr)["exit_code"] == 2
+
+
+def test_output_files_are_regular_files_only(target, tmp_path, monkeypatch):
+    """(14, review) `--output` renamed its file over a FIFO or a device (as root, over /dev/full),
+    replaced a symbolic link by a file, wrote a file named '-', and left its temporary file behind
+    when a signal came during the write."""
+    import os
+
+    from bloomctl.cli import metrics
+
+    target.reserve("users", 1000)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    refused = target.cli("fill-ratio", "users", "--format", "json", "--output", str(fifo))
+    assert refused.exit_code == 2 and "not a regular file" in refused.stderr and fifo.is_fifo()
+    real = tmp_path / "real.prom"
+    real.write_text("old\n")
+    real.chmod(0o640)
+    link = tmp_path / "link.prom"
+    link.symlink_to(real)
+    assert target.cli("fill-ratio", "users", "--format", "prometheus", "--output", str(link)).exit_code == 0
+    assert (
+        link.is_symlink() and "bloomctl_fill_ratio" in real.read_text() and oct(real.stat().st_mode & 0o777) == "0o640"
+    )
+    dash = target.cli("fill-ratio", "users", "--format", "json", "--output", "-")
+    assert dash.exit_code == 0 and json.loads(dash.stdout)["filters"]
+    before = sorted(os.listdir(tmp_path))
+
+    def interrupted(_fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(metrics.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        metrics.write_atomically(str(tmp_path / "new.prom"), "x\n", "--output")
+    assert sorted(os.listdir(tmp_path)) == before  # no temporary file, no target
+
+
+def test_a_failed_metrics_write_keeps_the_runs_own_exit_code(target, tmp_path, monkeypatch):
+    """(14, review) When the metrics file could not be written after a failed rebuild, its write
+    error replaced the run's own (exit 2 instead of 8, or 143 after SIGTERM)."""
+    from bloomctl.cli import metrics
+    from bloomctl.errors import UsageError as Refused
+
+    def full_disk(*_args: object) -> None:
+        raise Refused("--metrics-file x: cannot write: No space left on device")
+
+    monkeypatch.setattr(metrics, "write_atomically", full_disk)
+    result = target.cli(
+        "rebuild",
+        "users",
+        "--from-csv",
+        str(tmp_path / "gone.csv"),
+        "-c",
+        "100",
+        "-e",
+        "1%",
+        "--metrics-file",
+        str(tmp_path / "m.prom"),
+    )
+    assert result.exit_code == 8 and "no metrics written" in result.stderr and "cannot read" in result.stderr
+
+
+def test_any_failure_of_fill_ratio_updates_its_textfile(target, tmp_path, monkeypatch):
+    """(14, review) An error that was not bloomctl's own (a timeout, a command the ACL denies)
+    left the previous run's `exit_code 0` in the textfile."""
+    import redis
+
+    import bloomctl.fill
+
+    target.reserve("users", 1000)
+    out = tmp_path / "f.prom"
+    assert target.cli("fill-ratio", "users", "--format", "prometheus", "--output", str(out)).exit_code == 0
+
+    def timed_out(*_args: object, **_kwargs: object) -> None:
+        raise redis.exceptions.TimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(bloomctl.fill, "fill_ratio", timed_out)
+    failed = target.cli("fill-ratio", "users", "--format", "prometheus", "--output", str(out))
+    assert failed.exit_code == 3
+    assert _families(out.read_text())["bloomctl_fill_ratio_exit_code"].samples[0].value == 3

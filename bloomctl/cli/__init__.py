@@ -35,6 +35,17 @@ def _asks_for_json(args: list[str]) -> bool:
     return "--format=json" in args or any(a == "--format" and b == "json" for a, b in itertools.pairwise(args))
 
 
+def _raw_output(ctx: click.Context | None, args: list[str]) -> Output:
+    """The command's Output; for an error found before the options were read, the log and output
+    formats the raw command line asks for (``--log-format json``, ``--format json``)."""
+    output = _output(ctx)
+    if _asks_for_json(args):
+        output.output_format = "json"
+    if "--log-format=json" in args or any(a == "--log-format" and b == "json" for a, b in itertools.pairwise(args)):
+        output.log_format = "json"
+    return output
+
+
 def _suggestion(ctx: click.Context, exc: BloomctlError) -> str:
     """For a filter name that does not exist: '; did you mean ...?' (a bounded look, best effort)."""
     key = getattr(exc, "filter_key", None)
@@ -48,11 +59,14 @@ def _suggestion(ctx: click.Context, exc: BloomctlError) -> str:
 
 def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str = "error") -> NoReturn:
     output = _output(ctx or click.get_current_context(silent=True))
+    trace = None
     if output.debug and sys.exc_info()[0] is not None:
         import traceback
 
-        traceback.print_exc(file=sys.stderr)
-    output.error(message, code, kind)
+        trace = traceback.format_exc()
+        if output.log_format != "json":  # in JSON logs, a field of the error line
+            print(trace, end="", file=sys.stderr)
+    output.error(message, code, kind, traceback=trace)
     raise click.exceptions.Exit(code)
 
 
@@ -108,25 +122,24 @@ class BloomctlGroup(click.Group):
             code = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            output = _output(exc.ctx)
-            if _asks_for_json(sys.argv[1:] if args is None else list(args)):
-                output.output_format = "json"  # refused before --format was read: still a JSON error object
-            output.error(f"{exc.format_message()}{hint}", ExitCode.USAGE)
+            _raw_output(exc.ctx, given).error(f"{exc.format_message()}{hint}", ExitCode.USAGE)
             sys.exit(ExitCode.USAGE)
         except click.exceptions.Exit:
             raise
         except click.ClickException as exc:
-            _output(None).error(exc.format_message(), exc.exit_code)
+            _raw_output(None, given).error(exc.format_message(), exc.exit_code)
             sys.exit(exc.exit_code)
         except click.Abort:
-            _output(None).error("interrupted", ExitCode.INTERRUPTED)
+            _raw_output(None, given).error("interrupted", ExitCode.INTERRUPTED)
             sys.exit(ExitCode.INTERRUPTED)
         except Exception as exc:  # a bug: the traceback for the report, then one line
             import traceback
 
-            traceback.print_exc(file=sys.stderr)
+            output = _raw_output(click.get_current_context(silent=True), given)
+            if output.log_format != "json":
+                traceback.print_exc(file=sys.stderr)
             message = f"{type(exc).__name__}: {exc} (please report this)"
-            _output(None).error(message, ExitCode.INTERNAL, kind="internal error")
+            output.error(message, ExitCode.INTERNAL, kind="internal error", traceback=traceback.format_exc())
             sys.exit(ExitCode.INTERNAL)
         finally:
             _restore_signals(previous)

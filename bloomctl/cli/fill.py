@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -169,19 +170,22 @@ def fill_ratio_command(
       bloomctl fill-ratio 'bf:*' --warn 0.7 --max 0.9 --format json
       bloomctl fill-ratio 'bf:*' --exact --format prometheus > /var/lib/node_exporter/bloom.prom
     """
-    from bloomctl.errors import BloomctlError
     from bloomctl.fill import Thresholds, fill_ratio
 
     limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
+    output_file = None if output_file == "-" else output_file  # '-': stdout
     if output_file:
         from bloomctl.cli.metrics import check_writable
 
         check_writable(output_file, "--output")
     try:
         reports = fill_ratio(app.client, list(keys), limits, exact=exact)
-    except BloomctlError as exc:  # no reports (Redis unreachable...): the textfile still says so
+    except BaseException as exc:  # no reports (Redis unreachable, a signal...): the textfile still says so
         if output_file and output_format == "prometheus":
-            _write(output_file, prometheus_text([], limits, int(exc.exit_code), output_file))
+            from bloomctl.cli.metrics import exit_code_of
+
+            with contextlib.suppress(Exception):  # the failure itself is what the user must see
+                _write(output_file, prometheus_text([], limits, exit_code_of(exc), output_file))
         raise
     reports = [_with_suggestion(app, r) for r in reports]
     missing = [to_display(r.key) for r in reports if r.status == MISSING]

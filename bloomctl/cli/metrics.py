@@ -39,11 +39,12 @@ def exposition(metrics: Iterable[Metric]) -> str:
 
 
 def check_writable(path: str, option: str) -> None:
-    """Refuses, before any work, a file that cannot be written (a missing or read-only directory)."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        raise UsageError("%s %s is a directory, not a file", option, path)
+    """Refuses, before any work, a file that cannot be written (a missing or read-only directory)
+    or that is not a regular file (a device, a FIFO: renaming over it would replace it)."""
+    target = Path(os.path.realpath(path))  # a link: its target is written, the link kept
+    if target.exists() and not target.is_file():
+        raise UsageError("%s %s is not a regular file (a directory, device or FIFO)", option, path)
+    directory = target.parent
     if not directory.is_dir():
         raise UsageError("%s %s: the directory %s does not exist", option, path, directory)
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -51,11 +52,17 @@ def check_writable(path: str, option: str) -> None:
 
 
 def write_atomically(path: str, text: str, option: str) -> None:
-    """Writes a temporary file in the target's directory, syncs it, then renames it over the target."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
+    """Writes a temporary file in the target's directory, syncs it, then renames it over the target
+    (through a symbolic link: over the file it points to). The file keeps an existing file's mode,
+    else gets 0644 (a collector running as another user reads it)."""
+    check_writable(path, option)
+    target = Path(os.path.realpath(path))
     try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+        mode = target.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o644
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise UsageError("%s %s: cannot write: %s", option, path, exc.strerror or exc) from None
     try:
@@ -63,12 +70,14 @@ def write_atomically(path: str, text: str, option: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from a collector running as another user
+        os.chmod(temporary, mode)
         os.replace(temporary, target)
-    except OSError as exc:
+    except BaseException as exc:  # a signal too: no temporary file is left behind
         with contextlib.suppress(OSError):
             os.unlink(temporary)
-        raise UsageError("%s %s: cannot write: %s", option, path, exc.strerror or exc) from None
+        if isinstance(exc, OSError):
+            raise UsageError("%s %s: cannot write: %s", option, path, exc.strerror or exc) from None
+        raise
 
 
 def previous_success(path: str | None, labels: Mapping[str, str]) -> float | None:
@@ -97,3 +106,22 @@ def last_success(path: str | None, labels: Mapping[str, str], succeeded: bool, n
     value = now if succeeded else previous_success(path, labels)
     samples: list[tuple[tuple[str, ...], Any]] = [] if value is None else [(tuple(labels.values()), value)]
     return (LAST_SUCCESS, LAST_SUCCESS_HELP, names, samples)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code bloomctl ends with for this exception (what the command group makes of it)."""
+    import click
+
+    from bloomctl.errors import BloomctlError, ExitCode, Terminated
+
+    if isinstance(exc, BloomctlError):
+        return int(exc.exit_code)
+    if isinstance(exc, Terminated):
+        return int(ExitCode.TERMINATED)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    if isinstance(exc, click.exceptions.Exit):
+        return int(exc.exit_code)
+    if type(exc).__module__.startswith("redis"):
+        return int(ExitCode.CONNECTION)
+    return int(ExitCode.INTERNAL)

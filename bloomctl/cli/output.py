@@ -39,9 +39,13 @@ class Output:
     def warn(self, message: str, fields: dict[str, Any] | None = None) -> None:
         self.log(message, fields, "warning")
 
-    def error(self, message: str, exit_code: int, kind: str = "error") -> None:
-        """The one error line (never silenced), and the JSON error object on stdout with --format json."""
-        self._line(message, {"exit_code": int(exit_code)}, "error", prefix=f"bloomctl: {kind}: ")
+    def error(self, message: str, exit_code: int, kind: str = "error", traceback: str | None = None) -> None:
+        """The one error line (never silenced), and the JSON error object on stdout with --format json;
+        a traceback (``--debug``, an internal error) is a field of the JSON log line."""
+        fields: dict[str, Any] = {"exit_code": int(exit_code)}
+        if traceback and self.log_format == "json":
+            fields["traceback"] = traceback
+        self._line(message, fields, "error", prefix=f"bloomctl: {kind}: ")
         if self.output_format == "json":
             click.echo(json.dumps({"error": {"message": message, "exit_code": int(exit_code), "kind": kind}}))
 

@@ -72,9 +72,9 @@ class Reporter:
             self.output.log(message, fields, level)
 
     def progress(self, done: int) -> None:
+        step, self.done = done - self.done, done  # counted also when quiet: the metrics file says it
         if self.output.quiet:
             return
-        step, self.done = done - self.done, done
         if sys.stderr.isatty() and self.output.log_format == "text":
             if self.bar is None:
                 from tqdm import tqdm
@@ -385,29 +385,18 @@ def rebuild_command(
         )
     except BaseException as exc:
         if metrics_file:
-            write_metrics(metrics_file, key, started, _exit_code(exc), reporter.done, swapped=False)
+            from bloomctl.cli.metrics import exit_code_of
+
+            try:
+                write_metrics(metrics_file, key, started, exit_code_of(exc), reporter.done, swapped=False)
+            except Exception as failed:  # the run's own failure is what the user must see, with its code
+                current().warn(f"no metrics written: {failed}")
         raise
     finally:
         reporter.close()
     if metrics_file:
         write_metrics(metrics_file, key, started, ExitCode.OK, report.source.items, swapped=report.swapped)
     render_report(report, output_format)
-
-
-def _exit_code(exc: BaseException) -> int:
-    from bloomctl.errors import BloomctlError, Terminated
-
-    if isinstance(exc, BloomctlError):
-        return int(exc.exit_code)
-    if isinstance(exc, Terminated):
-        return int(ExitCode.TERMINATED)
-    if isinstance(exc, KeyboardInterrupt):
-        return int(ExitCode.INTERRUPTED)
-    if isinstance(exc, click.exceptions.Exit):
-        return int(exc.exit_code)
-    if type(exc).__module__.startswith("redis"):
-        return int(ExitCode.CONNECTION)  # what the command group makes of it
-    return int(ExitCode.INTERNAL)
 
 
 def write_metrics(path: str, key: str, started: float, code: int, items: int, *, swapped: bool) -> None:

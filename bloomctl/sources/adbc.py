@@ -29,13 +29,25 @@ def available(dialect: str, params: dict[str, Any]) -> bool:
 
 
 def uri_of(url: Any) -> str:
-    """A libpq URI for SQLAlchemy's URL (the password included: it never leaves this process)."""
+    """A libpq URI for SQLAlchemy's URL, UTF8 forced (the password included: it never leaves this process)."""
     query = {k: v for k, v in url.query.items() if k != "client_encoding"}
-    return str(
-        url.set(drivername="postgresql", query={**query, "client_encoding": "UTF8"}).render_as_string(
-            hide_password=False
-        )
-    )
+    return libpq_uri(url.set(query={**query, "client_encoding": "UTF8"}))
+
+
+def libpq_uri(url: Any) -> str:
+    """SQLAlchemy's URL as a libpq URI, the password percent-encoded whole (SQLAlchemy leaves a
+    space as it is, which libpq refuses)."""
+    from urllib.parse import quote
+
+    bare = url.set(drivername="postgresql")._replace(password=None)  # (set() takes None for "unchanged")
+    rendered = str(bare.render_as_string(hide_password=False))
+    if not url.password:
+        return rendered
+    scheme, _sep, rest = rendered.partition("://")
+    user, at, address = rest.partition("@")
+    if not at:  # no user: libpq takes the password in the query as well
+        return f"{rendered}{'&' if '?' in rendered else '?'}password={quote(url.password, safe='')}"
+    return f"{scheme}://{user}:{quote(url.password, safe='')}@{address}"
 
 
 def connect(uri: str) -> Any:

@@ -55,12 +55,39 @@ def cancel_running() -> int:
 
 def dbapi_cancel(connection: Any) -> Callable[[], object] | None:
     """The cancel of a DB-API connection, where its driver has one (psycopg: cancel_safe/cancel,
-    sqlite3: interrupt); None otherwise (PyMySQL has none)."""
+    sqlite3: interrupt; PyMySQL: KILL QUERY from a second connection); None otherwise."""
     for name in ("cancel_safe", "cancel", "interrupt"):
         method = getattr(connection, name, None)
         if callable(method):
             return method
+    if type(connection).__module__.startswith("pymysql") and callable(getattr(connection, "thread_id", None)):
+        return _mysql_kill_query(connection)
     return None
+
+
+def _mysql_kill_query(connection: Any) -> Callable[[], object]:
+    """MySQL and MariaDB stop a running query on ``KILL QUERY <id>`` sent by another connection."""
+    thread = int(connection.thread_id())
+
+    def cancel() -> None:
+        import pymysql  # type: ignore[import-untyped]
+
+        killer = pymysql.connect(
+            host=connection.host,
+            port=connection.port,
+            user=connection.user,
+            password=connection.password,
+            unix_socket=connection.unix_socket,
+            ssl=connection.ctx if getattr(connection, "_ssl_required", False) else None,  # TLS as required
+            connect_timeout=5,
+        )
+        try:
+            with killer.cursor() as cursor:
+                cursor.execute(f"KILL QUERY {thread}")
+        finally:
+            killer.close()
+
+    return cancel
 
 
 def recipe_of(source: Any) -> dict[str, object]:

@@ -58,10 +58,10 @@ def copy_batches(
     from psycopg import pq
 
     # Only the item's column travels: no splitting here, and fewer bytes from the server.
-    from bloomctl.sources.adbc import positional
+    from bloomctl.sources.adbc import libpq_uri, positional
 
     select = f"SELECT c{index} FROM ({query}) AS {positional(width)}"  # by position: names may repeat
-    conninfo = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    conninfo = libpq_uri(engine.url)
     # UTF8 whatever the URL or PGCLIENTENCODING say: items are stored as UTF-8, as on the cursor path
     with (
         psycopg.connect(conninfo, autocommit=True, client_encoding="UTF8") as raw,

@@ -7,6 +7,7 @@ catch-up. Driver errors become one line without the password.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -30,6 +31,13 @@ def normalise_db_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise UsageError("`db_url` must look like postgresql://user@host/db, mysql://..., or sqlite:///path")
+    # SQLAlchemy ends the password at its first '@': the rest would be taken for the host (and a
+    # part of the password would show in its errors). Refused, echoing nothing of it.
+    parsed = re.match(r"[^:/]*:[^@]*@([^/?]*)", rest)
+    if parsed and "@" in parsed.group(1):
+        raise UsageError(
+            "the `db_url`'s password holds an unencoded @ (%s://***@...): percent-encode it as %%40", scheme
+        )
     if scheme in DRIVER_HINTS:
         return f"{DRIVER_HINTS[scheme][0]}://{rest}"
     return url
@@ -80,6 +88,9 @@ class SqlSource:
         return self._engine
 
     def _scrub(self, exc: BaseException) -> str:
+        """The first line of a driver's message without the password, as typed or percent-encoded."""
+        from urllib.parse import quote, quote_plus
+
         text = str(exc).split("\n")[0]
         try:
             from sqlalchemy.engine import make_url
@@ -87,7 +98,17 @@ class SqlSource:
             password = make_url(self.url).password
         except Exception:
             password = None
-        return text.replace(password, "***") if password else text
+        if password:
+            forms = {
+                password,
+                quote(password, safe=""),
+                quote_plus(password),
+                quote(password),
+                quote(password, safe=" +"),
+            }
+            for form in sorted(forms, key=len, reverse=True):  # SQLAlchemy's own rendering among them
+                text = text.replace(form, "***")
+        return text
 
     def _error(self, exc: BaseException, what: str) -> SourceError:
         return SourceError("%s failed at %s: %s", what, redact_url(self.url), self._scrub(exc))
