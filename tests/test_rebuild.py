@@ -239,12 +239,13 @@ def test_a_holder_whose_renewals_fail_knows_its_lock_expired(target):
 
 
 def test_a_dead_holders_lock_expires(target, tmp_path):
-    lock = FilterLock(target.client, "users", ttl_ms=300)
+    lock = FilterLock(target.client, "users", ttl_ms=1500)  # long enough for a loaded machine's CLI start
     lock.acquire()
     lock._stop.set()  # the holder dies: nobody renews, nobody releases
     path = write_csv(tmp_path / "u.csv", 100)
     assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%").exit_code == 6
-    time.sleep(0.5)
+    while target.client.exists(KeyFamily.of("users").lock):
+        time.sleep(0.05)
     assert target.cli("rebuild", "users", "--from-csv", path, "-e", "1%").exit_code == 0
 
 
