@@ -53,6 +53,9 @@ def describe_holder(raw: bytes | None) -> str:
         return "another process (an unreadable lock value)"
 
 
+TAKEN = [False]  # whether this process took a filter's lock (what a message after a signal may say)
+
+
 class FilterLock:
     """A context manager: acquire on enter (or raise LockHeld), renew in the background, release on exit."""
 
@@ -105,6 +108,7 @@ class FilterLock:
             time.sleep(min(pause, remaining))  # the last try at the deadline itself
             pause = min(pause * 2, 1.0)
         self._valid_until = asked + self.ttl_ms / 1000
+        TAKEN[0] = True
         self._thread = threading.Thread(target=self._renew, name="bloomctl-lock", daemon=True)
         self._thread.start()
 

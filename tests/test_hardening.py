@@ -451,6 +451,7 @@ def test_sigterm_and_a_double_ctrl_c_stop_cleanly(target, tmp_path, signals, cod
     lines = [line for line in err.decode().splitlines() if line.startswith("bloomctl: error")]
     assert proc.returncode == code and len(lines) == 1, err.decode()
     assert ("terminated (SIGTERM)" if code == 143 else "interrupted") in lines[0]
+    assert lines[0].endswith("; the filter's lock is released")  # (said only by a run that took one)
     family = KeyFamily.of("users")
     assert not target.client.exists(family.lock)
     assert read_metadata(target.client, family.standby_meta)["state"] == "interrupted"
@@ -841,6 +842,11 @@ def test_rebuild_metrics_file_says_duration_items_and_result(target, tmp_path):
     assert failed["bloomctl_rebuild_exit_code"] == 8 and failed["bloomctl_rebuild_success"] == 0
     assert failed["bloomctl_rebuild_swapped"] == 0
     assert failed["bloomctl_last_success_timestamp_seconds"] == value["bloomctl_last_success_timestamp_seconds"]
+    no_db = target.cli(
+        "rebuild", "users", "--from-sql", "SELECT 1", "--metrics-file", str(metrics), env={"BLOOMCTL_DB_URL": ""}
+    )
+    assert no_db.exit_code == 2  # refused while opening the source: the file says so too
+    assert _families(metrics.read_text())["bloomctl_rebuild_exit_code"].samples[0].value == 2
     nowhere = target.cli(*args, "--metrics-file", str(tmp_path / "none" / "x.prom"))
     assert nowhere.exit_code == 2 and "does not exist" in nowhere.stderr and target.card("users") == 700
 

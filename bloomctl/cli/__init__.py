@@ -70,6 +70,13 @@ def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str =
     raise click.exceptions.Exit(code)
 
 
+def _lock_note() -> str:
+    """'; the filter's lock is released' when this run took one (an `info` holds none)."""
+    from bloomctl.lock import TAKEN
+
+    return "; the filter's lock is released" if TAKEN[0] else ""
+
+
 def _is_redis_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] == "redis"
 
@@ -81,9 +88,9 @@ class BloomctlGroup(click.Group):
         except BloomctlError as exc:
             _fail(exc.exit_code, exc.render(to_flags) + _suggestion(ctx, exc), ctx)
         except Terminated:
-            _fail(ExitCode.TERMINATED, "terminated (SIGTERM); the filter's lock is released", ctx)
+            _fail(ExitCode.TERMINATED, "terminated (SIGTERM)" + _lock_note(), ctx)
         except KeyboardInterrupt:
-            _fail(ExitCode.INTERRUPTED, "interrupted; the filter's lock is released", ctx)
+            _fail(ExitCode.INTERRUPTED, "interrupted" + _lock_note(), ctx)
         except Exception as exc:
             if not _is_redis_error(exc):
                 raise

@@ -9,6 +9,7 @@ the previous file's value, so "how long since the last success" keeps growing un
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -94,7 +95,8 @@ def previous_success(path: str | None, labels: Mapping[str, str]) -> float | Non
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 if sample.name == LAST_SUCCESS and dict(sample.labels) == dict(labels):
-                    return float(sample.value)
+                    value = float(sample.value)
+                    return value if math.isfinite(value) and value > 0 else None  # a damaged file: none
     except ValueError:  # not a metrics file (a previous run never wrote it): no timestamp to keep
         return None
     return None

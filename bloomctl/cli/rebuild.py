@@ -366,14 +366,14 @@ def rebuild_command(
         check_writable(metrics_file, "--metrics-file")
     tune_allocator()
 
-    source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
-    options["verify_all"] = options.pop("verify_mode") == "all"
     if quiet:  # given after the command (as before they were global): the same effect
         app.output.quiet = True
     if log_format:
         app.output.log_format = log_format
     reporter = Reporter(app.output)
-    try:
+    try:  # (the source opened inside: a missing file or driver also lands in the metrics file)
+        source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
+        options["verify_all"] = options.pop("verify_mode") == "all"
         report = rebuild(
             app.client,
             app.server,
