@@ -434,6 +434,9 @@ def swap_under(
     active filter was replaced, and a note when the outcome had to be looked up."""
     import redis
 
+    # the standby's rebuild generation: after a lost reply, the active filter carrying it means applied
+    # (the standby key alone could mislead: a run waiting for the lock may create a new one meanwhile)
+    generation = client.hget(standby_meta_key(prepared.family, prepared.standby), "generation")
     try:
         return swap(client, prepared, keep_old_seconds=keep_old_seconds, lock_token=lock.token), None
     except (redis.exceptions.TimeoutError, redis.exceptions.ConnectionError) as exc:
@@ -449,10 +452,13 @@ def swap_under(
         if not lock.release_confirmed(time.monotonic() + lock.ttl_ms / 1000 + 5):
             raise unknown from None
         try:
-            still_there = backends.key_type(client, prepared.standby) != b"none"
+            if generation is not None:
+                applied = client.hget(prepared.family.meta, "generation") == generation
+            else:
+                applied = backends.key_type(client, prepared.standby) == b"none"
         except Exception:
             raise unknown from None
-        if still_there:
+        if not applied:
             raise ConnectionFailed(
                 "the swap of %r got no reply (%s); bloomctl released its lock and looked: it was NOT applied (the "
                 "standby is still there, the active filter unchanged): run it again",
