@@ -306,6 +306,26 @@ def test_a_third_party_message_quoting_the_password_is_scrubbed(cli):
         assert_no_fragment(result, wide, PASSWORD)
 
 
+def test_a_query_password_holding_an_at_sign_shows_no_piece_of_it(cli):
+    """(#10 item 19) In `redis://host/0?password=at@sign` (a form redis-py reads) the last `@` is the
+    query password's: what follows it (`sign`) was shown as the host, by `redact_url` and in the
+    refusal of the URL. Both readings of such a URL are hidden now."""
+    from bloomctl.connection import redact_url
+
+    in_query = MIXED.replace(":", "%3A")
+    for url in (
+        "redis://127.0.0.1:1/0?password=at@sign",
+        f"redis://127.0.0.1:1/0?password={in_query}",
+        f"redis://user:{ENCODED}@127.0.0.1:1/0?db=0&password={in_query}",
+    ):
+        assert "sign" not in redact_url(url), redact_url(url)
+        for env in ({}, {"BLOOMCTL_PASSWORD": PASSWORD}):
+            result = cli("info", "users", url=url, env=env)
+            assert result.exit_code == 2 and "percent-encode" in result.stderr, result.stderr
+            assert_no_fragment(result, "at@sign", in_query, PASSWORD, ENCODED)
+    assert redact_url("redis://u:p@h:1/0?db=1&password=q") == "redis://u:***@h:1/0?db=1&password=***"
+
+
 def test_no_fragment_of_a_password_on_tls_failures(cli, tmp_path, plain, request):
     """(#10 item 19) rediss:// to a plain server (no TLS handshake) and to a TLS server that wants
     a client certificate: no piece of the password in either message."""
