@@ -203,6 +203,67 @@ def test_release_and_renewal_leave_another_runs_lock_alone(plain):
     assert not client.exists(own.lock_key)
 
 
+def test_check_held_and_release_confirmed_ask_the_server(plain, workdir):
+    """(#10 item 19, found by mutation testing) `check_held` asks the server, before the renewal
+    thread would notice: a lock whose value is now another run's, or gone, raises. `release_confirmed`
+    deletes our own lock, and says False (in time) when the server never answers."""
+    import os
+    import signal
+
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.errors import StateConflict
+    from bloomctl.lock import FilterLock
+
+    client = connect(settings_from(plain.url))
+    for takeover in (lambda key: client.set(key, THIEF, px=60_000), client.delete):
+        lock = FilterLock(client, "users")  # 30 s: the renewal thread looks again in 10 s
+        lock.acquire()
+        lock.check_held()  # ours: no error
+        takeover(lock.lock_key)
+        with pytest.raises(StateConflict, match="lost the lock"):
+            lock.check_held()
+        lock.release()
+        client.delete(lock.lock_key)  # the other run is done
+    mine = FilterLock(client, "users")
+    mine.acquire()
+    assert mine.release_confirmed(time.monotonic() + 5) is True and not client.exists(mine.lock_key)
+
+    server = RedisServer(workdir)
+    try:
+        stalled = FilterLock(connect(settings_from(server.url, timeout=0.2)), "users")
+        stalled.acquire()
+        os.kill(server.process.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        assert stalled.release_confirmed(started + 1) is False
+        assert time.monotonic() - started < 3
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        server.stop()
+
+
+def test_rollback_takes_the_lock_and_asks_on_a_terminal(target, monkeypatch):
+    """(#10 item 19, found by mutation testing) A rollback that skipped the filter's lock, or its
+    question on a terminal, passed every test. While another run holds the lock, rollback exits 6
+    and moves nothing; on a terminal, "n" leaves the filters as they were; "y" rolls back."""
+    import bloomctl.cli.cutover as cutover
+
+    family = active_and_standby(target, 100, 200)
+    assert target.cli("swap", "users", "--yes", "--keep-old", "600").exit_code == 0
+    target.client.set(family.lock, THIEF, px=60_000)
+    held = target.cli("rollback", "users", "--yes")
+    assert held.exit_code == 6 and "locked by another bloomctl run" in held.stderr, held.stderr
+    assert target.card("users") == 200 and target.card(family.old) == 100
+    assert target.client.get(family.lock) == THIEF.encode()
+    target.client.delete(family.lock)
+    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    refused = target.cli("rollback", "users", input="n\n")
+    assert refused.exit_code == 5 and "not confirmed" in refused.stderr, refused.stderr
+    assert "Roll 'users' back to '{users}:old'?" in refused.stderr
+    assert target.card("users") == 200 and target.card(family.old) == 100
+    assert target.cli("rollback", "users", input="y\n").exit_code == 0
+    assert target.card("users") == 100 and not target.client.exists(family.lock)
+
+
 # --- passwords: no fragment on any error path -----------------------------------------------
 
 PASSWORD = "at@sign/x?y#z:pw"
