@@ -264,6 +264,38 @@ def test_rollback_takes_the_lock_and_asks_on_a_terminal(target, monkeypatch):
     assert target.card("users") == 100 and not target.client.exists(family.lock)
 
 
+def test_verify_counts_every_miss_and_checks_each_item_in_its_shard(plain):
+    """(#10 item 19, found by mutation testing) The verify step's count of misses (`misses = 1`,
+    `misses -= 1`), its five examples (six with `<=`) and the filter it names could change
+    unnoticed (the rebuild tests plant one miss); and a sharded verify must look up each item in its
+    own shard's filter."""
+    from bloomctl import backends
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.errors import VerifyFailed
+    from bloomctl.planner import plan
+    from bloomctl.rebuild.verify import verify
+    from bloomctl.routing import route
+
+    client = connect(settings_from(plain.url))
+    backend = backends.get("bitmap")
+    loaded = [f"user:{i}".encode() for i in range(1000)]
+    backend.reserve(client, b"users", plan(10_000, 0.01, None))
+    backend.madd(client, b"users", loaded)
+    items = loaded + [f"missing:{i}".encode() for i in range(7)]
+    with pytest.raises(VerifyFailed) as caught:
+        verify(client, backend, [b"users"], iter([items[:600], items[600:]]), window=1)
+    message = str(caught.value)
+    assert message.startswith("7 of 1,007 checked items are missing from 'users' (e.g. 'missing:0', "), message
+    assert message.count("'missing:") == 5 and message.endswith("'missing:4'): nothing swapped"), message
+    shards = [b"{s0}users", b"{s1}users", b"{s2}users"]
+    for shard, group in zip(shards, route(loaded, 3), strict=True):
+        backend.reserve(client, shard, plan(10_000, 0.01, None))
+        backend.madd(client, shard, group)
+    assert verify(client, backend, shards, iter([loaded[:500], loaded[500:]]), window=2) == 1000
+    with pytest.raises(VerifyFailed, match=r"^2 of 1,002 checked items are missing from 'the 3 shard standbys'"):
+        verify(client, backend, shards, iter([[b"missing:a", *loaded, b"missing:b"]]))
+
+
 # --- passwords: no fragment on any error path -----------------------------------------------
 
 PASSWORD = "at@sign/x?y#z:pw"
