@@ -91,6 +91,7 @@ def test_the_shrink_guard_of_a_rebuild_and_of_the_library(target, tmp_path):
     assert target.card("users") == 500
     lifecycle.swap(target.client, server, "users", min_ratio=0)
     assert target.card("users") == 0 and not target.client.exists(family.standby)
+    assert not target.client.exists(family.old)  # the library's default keep_old is 0: unlinked
 
 
 # --- the lock: its token checked by the swap script, its release and renewal ------------------
@@ -172,6 +173,30 @@ def test_a_sharded_swap_checks_each_members_lock_in_its_script(target, tmp_path,
     assert all(target.client.exists(f.standby) for f in manifest.families)
     assert target.client.get(stolen[0].lock) == THIEF.encode()
     assert not target.client.exists(KeyFamily.of("users").lock)
+
+
+def test_a_sharded_swap_honours_allow_shrink_and_asks_on_a_terminal(target, tmp_path, monkeypatch):
+    """(#10 item 19, found by mutation testing) A sharded swap that dropped --allow-shrink (every
+    member then refused) or its question on a terminal passed every test."""
+    import bloomctl.cli.cutover as cutover
+
+    args = ["-c", "9000", "-e", "1%", "--shards", "3", "--nonscaling"]
+    for rows, extra in ((3000, ["--swap"]), (300, [])):
+        csv = tmp_path / f"u{rows}.csv"
+        csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(rows)))
+        built = target.cli("rebuild", "users", "--from-csv", str(csv), *args, *extra)
+        assert built.exit_code == 0, built.stderr
+    manifest = read_manifest(target.client, "users")
+    before = sum(target.card(member) for member in manifest.members)
+    shrink = target.cli("swap", "users", "--yes")
+    assert shrink.exit_code == 5 and "--allow-shrink" in shrink.stderr, shrink.stderr
+    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    refused = target.cli("swap", "users", "--allow-shrink", input="n\n")
+    assert refused.exit_code == 5 and "Swap the 3 shard standbys of 'users' in?" in refused.stderr, refused.stderr
+    assert "not confirmed" in refused.stderr and sum(target.card(m) for m in manifest.members) == before
+    allowed = target.cli("swap", "users", "--allow-shrink", input="y\n")
+    assert allowed.exit_code == 0, allowed.stderr
+    assert sum(target.card(member) for member in manifest.members) <= 300 < before
 
 
 def test_release_and_renewal_leave_another_runs_lock_alone(plain):
