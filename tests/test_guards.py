@@ -211,6 +211,10 @@ def test_release_and_renewal_leave_another_runs_lock_alone(plain):
     lock = FilterLock(client, "users", ttl_ms=300)  # renewed every 0.1 s
     lock.acquire()
     assert json.loads(client.get(lock.lock_key))["token"] == lock.token
+    assert 0 < client.pttl(lock.lock_key) <= 300  # a dead holder's lock expires by itself
+    time.sleep(0.6)  # twice its ttl: the renewals keep it, on the server and locally
+    lock.check_writing()
+    assert 0 < client.pttl(lock.lock_key) <= 300
     client.set(lock.lock_key, THIEF, px=60_000)
     deadline = time.monotonic() + 3
     while not lock.lost.is_set():
@@ -255,9 +259,13 @@ def test_check_held_and_release_confirmed_ask_the_server(plain, workdir):
 
     server = RedisServer(workdir)
     try:
-        stalled = FilterLock(connect(settings_from(server.url, timeout=0.2)), "users")
+        stalled = FilterLock(connect(settings_from(server.url, timeout=0.2)), "users", ttl_ms=400)
         stalled.acquire()
         os.kill(server.process.pid, signal.SIGSTOP)
+        time.sleep(0.5)  # renewals fail: past its ttl the lock counts as lost here, unasked
+        with pytest.raises(StateConflict, match="lost the lock"):
+            stalled.check()
+        stalled.release()  # best effort: no error when the server does not answer
         started = time.monotonic()
         assert stalled.release_confirmed(started + 1) is False
         assert time.monotonic() - started < 3
@@ -442,6 +450,10 @@ def test_a_query_password_holding_an_at_sign_shows_no_piece_of_it(cli):
             assert result.exit_code == 2 and "percent-encode" in result.stderr, result.stderr
             assert_no_fragment(result, "at@sign", in_query, PASSWORD, ENCODED)
     assert redact_url("redis://u:p@h:1/0?db=1&password=q") == "redis://u:***@h:1/0?db=1&password=***"
+    assert redact_url("redis://h:1/0?password=a=b") == "redis://h:1/0?password=***"
+    assert redact_url("redis://u:p://w@h:1/0") == "redis://u:***@h:1/0"
+    assert redact_url("redis://user@h:1/0") == "redis://user@h:1/0"  # a user alone is shown
+    assert redact_url("user:pw@h") == "<unparsable URL>" and redact_url("localhost") == "localhost"
 
 
 def test_no_fragment_of_a_password_on_tls_failures(cli, tmp_path, plain, request):
