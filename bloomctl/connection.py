@@ -21,32 +21,52 @@ if TYPE_CHECKING:  # pragma: no cover
 SCHEMES = ("redis", "rediss", "unix")
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (also ``?password=`` in the query).
+def _secret_spans(rest: str) -> list[tuple[int, int]]:
+    """Where secrets are in a URL's text after ``scheme://``: the password before the last ``@``,
+    and every ``password=`` value of the query, merged where they overlap. Both readings are
+    hidden: in ``host/0?password=a@b`` the last ``@`` is the query password's, not the userinfo's.
 
     Works on the raw text, not on ``urlsplit``: a password holding ``/``, ``#`` or ``?`` would end
     the parsed netloc early and slip through.
     """
+    spans = []
+    at = rest.rfind("@")
+    if at != -1:
+        colon = rest.find(":", 0, at)
+        if colon != -1:
+            spans.append((colon + 1, at))
+    else:  # no '@': 'redis://user:secret' reads as host 'user', port 'secret': a port that is no number
+        netloc_end = min(i for i in (rest.find("/"), rest.find("?"), len(rest)) if i != -1)
+        colon = rest.rfind(":", 0, netloc_end)
+        if colon != -1 and not rest[colon + 1 : netloc_end].isdigit() and not rest[:netloc_end].endswith("]"):
+            spans.append((colon + 1, netloc_end))
+    qmark = rest.find("?")
+    if qmark != -1:
+        start = qmark + 1
+        for item in rest[start:].split("&"):
+            name, eq, _value = item.partition("=")
+            if eq and name.lower() == "password":
+                spans.append((start + len(name) + 1, start + len(item)))
+            start += len(item) + 1
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((begin, end))
+    return merged
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (also ``?password=`` in the query)."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return "<unparsable URL>" if "@" in url else url
-    at = rest.rfind("@")
-    if at != -1:
-        user, colon, _password = rest[:at].partition(":")
-        rest = f"{user}:***@{rest[at + 1 :]}" if colon else f"{user}@{rest[at + 1 :]}"
-    else:  # no '@': 'redis://user:secret' parses as host 'user', port 'secret': mask a port that is no number
-        netloc, slash, tail = rest.partition("/")
-        host, colon, port = netloc.rpartition(":")
-        if colon and not port.isdigit() and not netloc.endswith("]"):
-            rest = f"{host}:***{slash}{tail}"
-    path, qmark, query = rest.partition("?")
-    if qmark:
-        query = "&".join(
-            f"{name}=***" if name.lower() == "password" else f"{name}{eq}{value}"
-            for name, eq, value in (item.partition("=") for item in query.split("&") if item)
-        )
-        rest = f"{path}?{query}"
-    return f"{scheme}://{rest}"
+    shown, last = [], 0
+    for begin, end in _secret_spans(rest):
+        shown += [rest[last:begin], "***"]
+        last = end
+    return f"{scheme}://{''.join(shown)}{rest[last:]}"
 
 
 def full_url(url: str) -> str:
@@ -89,27 +109,22 @@ def check_userinfo(url: str) -> None:
     """A user or password holding ``/``, ``?`` or ``#`` unencoded ends the URL's host part early: the
     client would connect to another host (localhost) with part of the password. Refused, without
     echoing any part of it."""
-    scheme, sep, rest = url.partition("://")
+    _scheme, sep, rest = url.partition("://")
     at = rest.rfind("@")
     if sep and at != -1 and any(char in rest[:at] for char in "/?#"):
         raise UsageError(
             "the `url`'s user or password holds / ? or # unencoded, which ends the host part early "
-            "(%s://***@%s): percent-encode them (/ is %%2F, ? %%3F, # %%23, @ %%40, : %%3A), or pass the "
+            "(%s): percent-encode them (/ is %%2F, ? %%3F, # %%23, @ %%40, : %%3A), or pass the "
             "password in %s or `password_file`",
-            scheme,
-            rest[at + 1 :],
+            redact_url(url),
             PASSWORD_ENV,
         )
 
 
-def _url_password(url: str) -> str | None:
-    """The password part of a URL, read the same raw way ``redact_url`` reads it."""
+def _url_secrets(url: str) -> list[str]:
+    """The URL's secrets (its password, ``password=`` values), read the same raw way ``redact_url`` reads them."""
     rest = url.partition("://")[2]
-    at = rest.rfind("@")
-    if at == -1:
-        return None
-    _user, colon, password = rest[:at].partition(":")
-    return password if colon and password else None
+    return [rest[begin:end] for begin, end in _secret_spans(rest) if end > begin]
 
 
 def read_password_file(path: str | os.PathLike[str]) -> str:
@@ -147,7 +162,9 @@ class ConnectionSettings:
             has_password = bool(parts.password)
             _port = parts.port  # a port that is no number, or out of range, raises here (for every scheme)
         except ValueError as exc:
-            reason = "the port is not a number from 0 to 65535" if "port" in str(exc).lower() else "it cannot be parsed"
+            # the port's message quotes the "port", which is the password in 'redis://user:secret': never shown
+            port = "port" in str(exc).lower()
+            reason = "the port is not a number from 0 to 65535" if port else _scrub(str(exc), self)
             raise UsageError("invalid `url` %s: %s", self.redacted_url, reason) from None
         scheme = parts.scheme.lower()
         if scheme not in SCHEMES:
@@ -338,7 +355,7 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
 
 def _scrub(text: str, settings: ConnectionSettings) -> str:
     """Remove every secret we know of from a message produced by a third party."""
-    secrets = [settings.password, _url_password(settings.url)]
+    secrets = sorted([settings.password or "", *_url_secrets(settings.url)], key=len, reverse=True)
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
