@@ -462,36 +462,10 @@ def test_sigterm_and_a_double_ctrl_c_stop_cleanly(target, tmp_path, signals, cod
 def test_ctrl_c_cancels_the_postgresql_query(target, pg_engine):
     """(9) After Ctrl-C the PostgreSQL query kept running on the server. It is cancelled."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     import sqlalchemy
 
-    url = pg_engine.url.render_as_string(hide_password=False)
     query = "SELECT v::text AS v FROM (SELECT 1 AS v, pg_sleep(60) AS pause) AS slow /* bloomctl-cancel-test */"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bloomctl",
-            "--url",
-            target.url,
-            "rebuild",
-            "users",
-            "--from-sql",
-            query,
-            "--db-url",
-            url,
-            "-c",
-            "100",
-            "-e",
-            "1%",
-            "--quiet",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
 
     def running() -> int:
         with pg_engine.connect() as conn:
@@ -501,17 +475,35 @@ def test_ctrl_c_cancels_the_postgresql_query(target, pg_engine):
                 )
             ).scalar_one()
 
+    _signal_a_running_query(target, pg_engine, query, running, signal.SIGINT, 130)
+
+
+def _signal_a_running_query(target, engine, query: str, running, signum: int, code: int) -> float:
+    """Starts a rebuild from ``query``, signals it once the query runs on the database server,
+    checks the exit code and that the query is gone from the server within 5 s; returns how long
+    the exit took."""
+    import subprocess
+    import sys
+    import time
+
+    url = engine.url.render_as_string(hide_password=False)
+    command = [sys.executable, "-m", "bloomctl", "--url", target.url, "-q", "rebuild", "users"]
+    command += ["--from-sql", query, "--db-url", url, "-c", "100", "-e", "1%"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     while running() == 0:
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    started = time.monotonic()
+    proc.send_signal(signum)
     _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err.decode()
+    took = time.monotonic() - started
+    assert proc.returncode == code, err.decode()
     deadline = time.monotonic() + 5
     while running():
         assert time.monotonic() < deadline, "the query still runs on the server"
         time.sleep(0.1)
+    return took
 
 
 def test_a_run_that_lost_its_lock_stops_writing_at_once(target, tmp_path):
@@ -992,26 +984,20 @@ def test_a_postgres_url_is_accepted(target, pg_engine):
     """(16) `postgres://` (libpq's and many platforms' spelling) was refused by SQLAlchemy."""
     from tests.fixtures.sql import PG_URL
 
-    with pg_engine.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE IF EXISTS hardening_pg_scheme")
-        conn.exec_driver_sql("CREATE TABLE hardening_pg_scheme (id text)")
-        conn.exec_driver_sql("INSERT INTO hardening_pg_scheme SELECT 'u' || g FROM generate_series(1, 300) g")
     url = "postgres://" + PG_URL.split("://", 1)[1]
-    result = target.cli(
-        "rebuild",
-        "users",
-        "--from-sql",
-        "SELECT id FROM hardening_pg_scheme",
-        "--db-url",
-        url,
-        "-c",
-        "1000",
-        "-e",
-        "1%",
-        "--swap",
-    )
+    result = _rebuild_from_a_pg_table(target, pg_engine, "hardening_pg_scheme", 300, url)
     assert result.exit_code == 0, result.stderr
     assert target.card("users") == 300
+
+
+def _rebuild_from_a_pg_table(target, pg_engine, table: str, rows: int, url: str):
+    """A table of ``rows`` ids ('u1'...), and `rebuild users --swap` from it through ``url``."""
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        conn.exec_driver_sql(f"CREATE TABLE {table} (id text)")
+        conn.exec_driver_sql(f"INSERT INTO {table} SELECT 'u' || g FROM generate_series(1, {rows}) g")
+    query = f"SELECT id FROM {table}"
+    return target.cli("rebuild", "users", "--from-sql", query, "--db-url", url, "-c", "1000", "-e", "1%", "--swap")
 
 
 def test_a_sharded_dry_run_swap_changes_nothing(target, tmp_path):
@@ -1157,25 +1143,9 @@ def test_a_database_password_never_shows_and_may_hold_any_character(target, pg_e
     part of it."""
     from tests.fixtures.sql import PG_URL
 
-    with pg_engine.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE IF EXISTS hardening_pw")
-        conn.exec_driver_sql("CREATE TABLE hardening_pw (id text)")
-        conn.exec_driver_sql("INSERT INTO hardening_pw SELECT 'u' || g FROM generate_series(1, 200) g")
     user_host = PG_URL.split("://", 1)[1].split("@", 1)
     url = f"postgresql://{user_host[0]}:p%40ss%2Fw%3Frd%231%20x@{user_host[1]}"  # p@ss/w?rd#1 x (trust auth)
-    ok = target.cli(
-        "rebuild",
-        "users",
-        "--from-sql",
-        "SELECT id FROM hardening_pw",
-        "--db-url",
-        url,
-        "-c",
-        "1000",
-        "-e",
-        "1%",
-        "--swap",
-    )
+    ok = _rebuild_from_a_pg_table(target, pg_engine, "hardening_pw", 200, url)
     assert ok.exit_code == 0, ok.stderr
     bad = target.cli("rebuild", "users", "--from-sql", "SELECT id FROM no_such_table_here", "--db-url", url)
     assert bad.exit_code == 8
@@ -1202,33 +1172,10 @@ def test_sigterm_cancels_the_mysql_query(target, mysql_engine):
     """(9, review) After SIGTERM a MariaDB/MySQL query kept running on the server (PyMySQL has no
     cancel), and the exit took 10 s: bloomctl sends KILL QUERY from a second connection."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     import sqlalchemy
 
-    url = mysql_engine.url.render_as_string(hide_password=False)
     query = "SELECT 'x' AS v FROM (SELECT 1 AS one) AS t WHERE SLEEP(60) = 0 /* bloomctl-mysql-cancel */"
-    command = [
-        sys.executable,
-        "-m",
-        "bloomctl",
-        "--url",
-        target.url,
-        "-q",
-        "rebuild",
-        "users",
-        "--from-sql",
-        query,
-        "--db-url",
-        url,
-        "-c",
-        "100",
-        "-e",
-        "1%",
-    ]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def running() -> int:
         with mysql_engine.connect() as conn:
@@ -1237,19 +1184,7 @@ def test_sigterm_cancels_the_mysql_query(target, mysql_engine):
             1 for row in rows if "bloomctl-mysql-cancel" in str(row[7] or "") and "PROCESSLIST" not in str(row[7])
         )
 
-    deadline = time.monotonic() + 20
-    while running() == 0:
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 143, err.decode()
-    assert time.monotonic() - started < 5
-    deadline = time.monotonic() + 5
-    while running():
-        assert time.monotonic() < deadline, "the query still runs on the server"
-        time.sleep(0.1)
+    assert _signal_a_running_query(target, mysql_engine, query, running, signal.SIGTERM, 143) < 5
 
 
 SECRET = "s3cr3tPW"
