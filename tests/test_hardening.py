@@ -1310,3 +1310,9 @@ def test_any_failure_of_fill_ratio_updates_its_textfile(target, tmp_path, monkey
     failed = target.cli("fill-ratio", "users", "--format", "prometheus", "--output", str(out))
     assert failed.exit_code == 3
     assert _families(out.read_text())["bloomctl_fill_ratio_exit_code"].samples[0].value == 3
+
+
+def test_a_zero_max_names_max(cli):
+    """(16, review) `fill-ratio --max 0` said "--warn must be positive" (never given)."""
+    result = cli("fill-ratio", "users", "--max", "0")
+    assert result.exit_code == 2 and "--max must be positive" in result.stderr and "--warn" not in result.stderr
