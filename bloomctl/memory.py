@@ -10,6 +10,7 @@ from typing import Any
 
 from bloomctl.client import RedisClient
 from bloomctl.errors import StateConflict
+from bloomctl.keys import to_display
 from bloomctl.topology import node_client
 
 
@@ -31,11 +32,38 @@ def check_memory(client: RedisClient, planned: list[tuple[bytes, int]]) -> None:
         limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
         if limit and size > limit - used:
             source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
+            kept = _kept_old(node, [key for key, _size in planned])
             raise StateConflict(
-                "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): lower `capacity` or raise `error_rate`, or pass `force`",
+                "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): lower `capacity` or raise `error_rate`, or pass `force`"
+                + (KEPT_OLD_HINT if kept else ""),
                 f"{size:,}",
                 f"{max(limit - used, 0):,}",
                 source,
                 f"{limit:,}",
                 f"{used:,}",
+                *kept,
             )
+
+
+KEPT_OLD_HINT = (
+    "; the filter an earlier swap replaced is still kept for rollback (%r%s): UNLINK it if no rollback "
+    "is needed, and swap with `keep_old` 0 where memory is this tight"
+)
+
+
+def _kept_old(node: Any, standbys: list[bytes]) -> tuple[str, ...]:
+    """The values of KEPT_OLD_HINT when a filter replaced by an earlier swap is still kept for
+    rollback (an hour by default) and holds memory the new standby needs; () otherwise."""
+    suffix = b":standby"
+    for standby in standbys:
+        if not standby.endswith(suffix):
+            continue
+        old = standby[: -len(suffix)] + b":old"
+        try:
+            if not node.exists(old):
+                continue
+            ttl = node.ttl(old)
+        except Exception:
+            return ()
+        return (to_display(old), f", expiring in {ttl:,}s" if ttl and ttl > 0 else "")
+    return ()

@@ -1316,3 +1316,24 @@ def test_a_zero_max_names_max(cli):
     """(16, review) `fill-ratio --max 0` said "--warn must be positive" (never given)."""
     result = cli("fill-ratio", "users", "--max", "0")
     assert result.exit_code == 2 and "--max must be positive" in result.stderr and "--warn" not in result.stderr
+
+
+def test_a_rebuild_short_of_memory_names_the_filter_kept_for_rollback(target, tmp_path):
+    """(15) With the replaced filter kept an hour by default, a second rebuild within that hour
+    may not fit under maxmemory: the refusal says which kept filter holds the memory."""
+    if target.cluster:
+        pytest.skip("maxmemory set on one server")
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(2000)))
+    args = ["rebuild", "users", "--from-csv", str(csv), "-c", "200000", "-e", "0.1%", "--swap"]
+    assert target.cli(*args).exit_code == 0
+    assert target.cli(*args).exit_code == 0  # the first rebuild's filter is now kept as {users}:old
+    used = int(target.client.info("memory")["used_memory"])
+    target.client.config_set("maxmemory", str(used + 100_000))  # less than one more filter
+    try:
+        refused = target.cli(*args)
+    finally:
+        target.client.config_set("maxmemory", "0")
+    assert refused.exit_code == 5, refused.stderr
+    assert "still kept for rollback ('{users}:old', expiring in" in refused.stderr
+    assert "--keep-old 0" in refused.stderr and target.card("users") == 2000
