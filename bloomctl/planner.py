@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from bloomctl.defaults import DEFAULT_EXPANSION, MAX_SHARDS
@@ -51,6 +51,32 @@ def parse_count(text: str | int, what: str = "capacity") -> int:
     if value < 1:
         raise UsageError("%s must be at least 1, got %r", what, text)
     return int(value)
+
+
+# The server lines bloomctl plans for: Redis 8 (Bloom filters built in, RedisBloom 8), RedisBloom
+# 2.x as a module (Redis 6/7, Redis Stack), and the module-free bitmap backend.
+SERVER_LINES = ("redis8", "redisbloom2", "bitmap")
+DEFAULT_LINE = "redis8"  # what most new deployments run
+REDIS8_ERROR_RATE_CAP = 0.25  # BF_ERROR_RATE_CAP in RedisBloom 8 (src/config.h): a larger rate is taken as it
+REDIS8_MAX_CAPACITY = 1 << 30  # bf-initial-size's maximum in RedisBloom 8 (src/config.c)
+
+
+def for_line(p: Plan, line: str) -> Plan:
+    """The plan as ``line`` builds it: Redis 8 takes an error rate above 0.25 as 0.25 (BF.RESERVE
+    logs "Error rate is capped") and refuses a capacity above 2**30; RedisBloom 2.x and the bitmap
+    backend take the plan as it is."""
+    if line not in SERVER_LINES:
+        raise UsageError("unknown server line %r (one of %s)", line, ", ".join(SERVER_LINES))
+    if line != "redis8":
+        return p
+    if p.capacity > REDIS8_MAX_CAPACITY:
+        raise UsageError(
+            "Redis 8 takes a capacity of at most %s per filter: split it over shards (`shards`)",
+            f"{REDIS8_MAX_CAPACITY:,}",
+        )
+    if p.error_rate > REDIS8_ERROR_RATE_CAP:
+        return replace(p, error_rate=REDIS8_ERROR_RATE_CAP, capped_from=p.error_rate)
+    return p
 
 
 MIN_ERROR_RATE = 1e-100  # beyond any use (330 bits an item), and the arithmetic stays finite
@@ -124,6 +150,7 @@ class Plan:
     error_rate: float
     expansion: int | None  # None: NONSCALING
     items: int | None = None
+    capped_from: float | None = None  # the error rate asked for, when the server line capped it
     first: SubFilter = field(init=False)
     chain: tuple[SubFilter, ...] = field(init=False)
 
@@ -187,6 +214,11 @@ class Plan:
     def warnings(self, when_full: str = "BF.ADD fails once it is full") -> list[str]:
         """Advice on a poor plan; ``when_full`` says what a full NONSCALING filter does on this backend."""
         notes: list[str] = []
+        if self.capped_from is not None:
+            notes.append(
+                f"Redis 8 treats an error rate above {REDIS8_ERROR_RATE_CAP} as {REDIS8_ERROR_RATE_CAP}: "
+                f"planned with {self.error_rate} (asked for {self.capped_from}); RedisBloom 2.x keeps it"
+            )
         if self.items is None:
             return notes
         if not self.scaling and self.items > NONSCALING_WARN_FILL * self.capacity:
@@ -227,6 +259,8 @@ class Plan:
             "size_bytes": self.size_bytes,
             "naive_bytes": self.naive_bytes,
         }
+        if self.capped_from is not None:
+            data["requested_error_rate"] = self.capped_from
         if self.items is not None:
             data.update(
                 items=self.items,

@@ -46,6 +46,16 @@ class ServerInfo:
         return "bf.reserve" in self.commands
 
     @property
+    def line(self) -> str:
+        """The planner's server line: ``redisbloom2`` for the RedisBloom 2.x module, ``redis8`` for
+        RedisBloom 8 and later (Redis 8 builds it in; a development build reports 99.99.99), else
+        ``bitmap`` (no BF.* commands: the module-free backend)."""
+        if not self.has_bloom:
+            return "bitmap"
+        major = self.module_version.split(".")[0] if self.module_version else ""
+        return "redisbloom2" if major.isdigit() and int(major) < 8 else "redis8"
+
+    @property
     def description(self) -> str:
         text = f"{self.product} {self.version}"
         if self.flavour == "redisbloom":

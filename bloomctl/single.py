@@ -82,7 +82,7 @@ def reserve(
 ) -> ReserveResult:
     """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing."""
     chosen = backends.choose(server, backend)
-    chosen.check_plan(plan)
+    plan = chosen.check_plan(plan, server.line)  # as this server builds it (Redis 8 caps error rates)
     family = KeyFamily.of(key)
     kind = backends.key_type(client, family.active)
     if kind != b"none":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -12,10 +13,12 @@ from bloomctl.planner import (
     CHAIN_OVERHEAD_BYTES,
     LINK_OVERHEAD_BYTES,
     SubFilter,
+    for_line,
     parse_count,
     parse_error_rate,
     plan,
 )
+from bloomctl.server import detect
 
 rb = backends.get("redisbloom")
 
@@ -156,6 +159,9 @@ COMBINATIONS = [
     (1000, 0.25, 2),
     (1000, 0.0009765625, None),
     (1000, 0.125, 4),
+    (77, 0.3, 3),  # above 0.25: Redis 8 takes it as 0.25 (144 bytes), RedisBloom 2.8 keeps it (136)
+    (1000, 0.4, None),
+    (500, 0.26, 2),
 ]
 
 
@@ -166,7 +172,7 @@ def test_plan_size_equals_bf_info_size(bloom, capacity, error, expansion):
     args = ["BF.RESERVE", "k", repr(error), capacity]
     args += ["EXPANSION", expansion] if expansion else ["NONSCALING"]
     client.execute_command(*args)
-    predicted = plan(capacity, error, expansion)
+    predicted = for_line(plan(capacity, error, expansion), detect(client).line)  # the server's own line
     assert predicted.size_bytes == rb.info_field(client, b"k", "size")
     sub = rb.info(client, b"k").subfilters[0]  # from the SCANDUMP header
     assert (sub.hashes, sub.bits, sub.error_rate) == (
@@ -194,3 +200,32 @@ def test_growth_chain_matches_server_after_filling(bloom, expansion):
     assert [s.bits for s in state.subfilters] == [s.bits for s in p.chain]
     assert [s.hashes for s in state.subfilters] == [s.hashes for s in p.chain]
     assert [s.error_rate for s in state.subfilters] == pytest.approx([s.error_rate for s in p.chain], rel=1e-12)
+
+
+def test_each_server_line_plans_what_it_builds():
+    """(#11 item 1) Redis 8 (RedisBloom 8) takes an error rate above 0.25 as 0.25 and refuses a
+    capacity above 2**30; RedisBloom 2.x and the bitmap backend take the plan as given."""
+    asked = plan(77, 0.3, 3)
+    redis8 = for_line(asked, "redis8")
+    assert (redis8.error_rate, redis8.capped_from, redis8.size_bytes) == (0.25, 0.3, 144)
+    assert redis8.warnings() and "0.25" in redis8.warnings()[0]
+    assert for_line(asked, "redisbloom2") == asked and asked.size_bytes == 136
+    assert for_line(asked, "bitmap") == asked
+    assert for_line(plan(77, 0.25, 3), "redis8").capped_from is None
+    with pytest.raises(UsageError, match="at most 1,073,741,824"):
+        for_line(plan(2**30 + 1, 0.01), "redis8")
+    assert for_line(plan(2**30 + 1, 0.01), "redisbloom2").capacity == 2**30 + 1
+
+
+def test_plan_takes_the_server_line(cli):
+    """(#11 item 1) `plan --server`: redis8 by default, redisbloom2, bitmap (also via --backend)."""
+    default = json.loads(cli("plan", "-c", "77", "-e", "0.3", "--expansion", "3", "--format", "json").stdout)
+    assert (default["size_bytes"], default["error_rate"], default["requested_error_rate"]) == (144, 0.25, 0.3)
+    two = json.loads(
+        cli("plan", "-c", "77", "-e", "0.3", "--expansion", "3", "--server", "redisbloom2", "--format", "json").stdout
+    )
+    assert (two["size_bytes"], two["error_rate"]) == (136, 0.3)
+    bitmap = json.loads(cli("plan", "-c", "1M", "-e", "1%", "--server", "bitmap", "--format", "json").stdout)
+    assert bitmap["backend"] == "bitmap"
+    clash = cli("plan", "-c", "1M", "-e", "1%", "--backend", "bitmap", "--server", "redis8")
+    assert clash.exit_code == 2 and "disagree" in clash.stderr

@@ -152,8 +152,9 @@ class Backend(ABC):
         return int(recorded) if recorded else DEFAULT_EXPANSION
 
     @abstractmethod
-    def check_plan(self, plan: Plan) -> Plan:
-        """The plan, or a UsageError when this backend cannot hold it."""
+    def check_plan(self, plan: Plan, line: str | None = None) -> Plan:
+        """The plan as this backend builds it on the server ``line`` (``ServerInfo.line``; None: as
+        given), or a UsageError when it cannot hold it."""
 
     @abstractmethod
     def size_bytes(self, plan: Plan) -> int:

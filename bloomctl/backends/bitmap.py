@@ -278,7 +278,7 @@ class Bitmap(Backend):
 
     # --- the Backend interface -------------------------------------------------------------
 
-    def check_plan(self, plan: Plan) -> Plan:
+    def check_plan(self, plan: Plan, line: str | None = None) -> Plan:
         if plan.scaling:
             raise UsageError("bitmap filters do not grow: use `nonscaling` (or leave `expansion` out)")
         if plan.first.bits > MAX_BITS:

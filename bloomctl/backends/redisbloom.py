@@ -16,7 +16,7 @@ from bloomctl.backends.base import Backend, FilterState, SubFilterState
 from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
-from bloomctl.planner import Plan
+from bloomctl.planner import Plan, for_line
 
 OPT_NO_SCALING = 8
 
@@ -79,8 +79,9 @@ class RedisBloom(Backend):
         except redis.exceptions.ResponseError as exc:
             raise _bf_error(exc, key) from None
 
-    def check_plan(self, plan: Plan) -> Plan:
-        return plan
+    def check_plan(self, plan: Plan, line: str | None = None) -> Plan:
+        """Redis 8 takes an error rate above 0.25 as 0.25 and refuses a capacity above 2**30."""
+        return for_line(plan, line) if line in ("redis8", "redisbloom2") else plan
 
     def size_bytes(self, plan: Plan) -> int:
         return plan.size_bytes

@@ -68,6 +68,8 @@ def reserve_command(
 
     chosen = backends.choose(app.server, backend)
     the_plan = make_plan(capacity, error_rate, chosen.expansion_for(expansion, nonscaling))
+    if shards is None:  # the plan as this server builds it (Redis 8 takes an error rate above 0.25 as 0.25)
+        the_plan = chosen.check_plan(the_plan, app.server.line)
     # Create first, print after: a refused reserve leaves stdout empty.
     result = lifecycle.reserve(
         app.client,

@@ -8,7 +8,8 @@ import click
 
 from bloomctl.cli.options import capacity_callback, expansion_for, format_option, shards_option, sizing_options
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags, warn
-from bloomctl.planner import Plan, plan, shard_plan, suggest_shards
+from bloomctl.errors import UsageError
+from bloomctl.planner import DEFAULT_LINE, SERVER_LINES, Plan, for_line, plan, shard_plan, suggest_shards
 
 
 def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:
@@ -100,9 +101,17 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
 @click.option(
     "--backend",
     type=click.Choice(["redisbloom", "bitmap"]),
-    default="redisbloom",
-    show_default=True,
-    help="Size for RedisBloom (BF.RESERVE) or for the module-free bitmap backend (always NONSCALING).",
+    default=None,
+    help="Size for RedisBloom (BF.RESERVE) or for the module-free bitmap backend (always NONSCALING) "
+    "[default: redisbloom; bitmap with --server bitmap].",
+)
+@click.option(
+    "--server",
+    "line",
+    type=click.Choice(list(SERVER_LINES)),
+    default=None,
+    help="The server line to plan for: redis8 (Redis 8: error rates above 0.25 are taken as 0.25), "
+    "redisbloom2 (the RedisBloom 2.x module) or bitmap [default: redis8; bitmap with --backend bitmap].",
 )
 @shards_option("Split the capacity over N member filters.")
 @click.option(
@@ -118,7 +127,8 @@ def plan_command(
     expansion: int | None,
     nonscaling: bool,
     items: int | None,
-    backend: str,
+    backend: str | None,
+    line: str | None,
     shards: int | None,
     max_shard_memory: int | None,
     output_format: str,
@@ -126,9 +136,10 @@ def plan_command(
     """Predict what RedisBloom allocates for a filter, to the byte. Needs no server.
 
     SIZE_BYTES is what BF.INFO Size reports right after BF.RESERVE with the same
-    arguments. A scaling filter (the default) builds its first sub-filter with half the
-    error rate, and halves it again for every sub-filter it adds when full. With
-    --backend bitmap it is the length of the module-free filter's string.
+    arguments on the --server line (Redis 8 by default: it takes an error rate above 0.25
+    as 0.25; RedisBloom 2.x does not). A scaling filter (the default) builds its first
+    sub-filter with half the error rate, and halves it again for every sub-filter it adds
+    when full. With --backend bitmap it is the length of the module-free filter's string.
 
     \b
     Examples:
@@ -136,17 +147,32 @@ def plan_command(
       bloomctl plan -c 10M -e 0.001 --items 50M --format json
       bloomctl plan -c 1e6 -e 0.01 --nonscaling --items 900k
       bloomctl plan -c 1M -e 1% --backend bitmap
+      bloomctl plan -c 77 -e 0.3 --expansion 3 --server redisbloom2
       bloomctl plan -c 2G -e 0.1% --max-shard-memory 512M
     """
+    backend, line = _backend_and_line(backend, line)
     the_plan = plan(capacity, error_rate, expansion_for(backend, expansion, nonscaling), items)
+    if shards is None and max_shard_memory is None:
+        the_plan = for_line(the_plan, line)  # (a sharded plan is split first: each member is checked)
     if shards is None and max_shard_memory is None:
         render_plan(the_plan, output_format, backend)
         return
-    render_shards(the_plan, backend, shards, max_shard_memory, output_format)
+    render_shards(the_plan, backend, shards, max_shard_memory, output_format, line)
+
+
+def _backend_and_line(backend: str | None, line: str | None) -> tuple[str, str]:
+    """--backend and --server agree: bitmap is both a backend and a line."""
+    if (backend == "bitmap") != (line == "bitmap") and backend is not None and line is not None:
+        raise UsageError("--backend %s and --server %s disagree: the bitmap backend is its own line", backend, line)
+    if backend is None:
+        backend = "bitmap" if line == "bitmap" else "redisbloom"
+    if line is None:
+        line = "bitmap" if backend == "bitmap" else DEFAULT_LINE
+    return backend, line
 
 
 def render_shards(
-    total: Plan, backend: str, shards: int | None, max_shard_memory: int | None, output_format: str
+    total: Plan, backend: str, shards: int | None, max_shard_memory: int | None, output_format: str, line: str
 ) -> None:
     """Per-shard and total memory of a sharded filter; with --max-shard-memory, the suggested shard count."""
     from bloomctl.backends import get
@@ -157,7 +183,7 @@ def render_shards(
         suggested = suggest_shards(total, max_shard_memory, size_of)
         shards = shards or suggested
     assert shards is not None
-    member = shard_plan(total, shards)
+    member = for_line(shard_plan(total, shards), line)
     member_bytes = size_of(member)
     data = {
         "backend": backend,

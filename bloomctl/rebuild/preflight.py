@@ -185,7 +185,10 @@ class Targets:
         return [family.standby for family in self.families]
 
 
-def targets(client: RedisClient, key: str | bytes, total: Plan, backend: Backend, options: RebuildOptions) -> Targets:
+def targets(
+    client: RedisClient, key: str | bytes, total: Plan, backend: Backend, options: RebuildOptions, line: str
+) -> Targets:
+    """The filters the rebuild writes, each with its plan as the server ``line`` builds it."""
     family = KeyFamily.of(key)
     manifest = read_manifest(client, family.active)
     if manifest is not None:
@@ -195,11 +198,12 @@ def targets(client: RedisClient, key: str | bytes, total: Plan, backend: Backend
                 to_display(family.active),
                 manifest.shards,
             )
-        return Targets(list(manifest.members), backend.check_plan(shard_plan(total, manifest.shards)), manifest)
+        members = backend.check_plan(shard_plan(total, manifest.shards), line)
+        return Targets(list(manifest.members), members, manifest)
     if options.shards is None:
-        return Targets([family.active], total)
+        return Targets([family.active], backend.check_plan(total, line))
     if backends.key_type(client, family.active) != b"none":
         raise StateConflict("%r is a single filter: a sharded filter needs a new key", to_display(family.active))
-    per_shard = backend.check_plan(shard_plan(total, options.shards))
+    per_shard = backend.check_plan(shard_plan(total, options.shards), line)
     manifest = new_manifest(client, family.active, options.shards, per_shard, backend)
     return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)

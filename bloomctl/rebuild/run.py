@@ -55,7 +55,9 @@ def rebuild(
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
     if options.batch_size is None:  # the backend's: no add command over 20 ms on the server
         options = replace(options, batch_size=backend.batch_size)
-    chosen = targets(client, family.active, the_plan, backend, options)
+    chosen = targets(client, family.active, the_plan, backend, options, server.line)
+    if chosen.manifest is None:
+        the_plan = chosen.plan  # one filter: its plan as this server builds it (Redis 8 caps error rates)
     for member in chosen.families:
         check_family(client, member)
     recipe = recipe_field(recipe_of(source))
