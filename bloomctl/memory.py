@@ -6,6 +6,7 @@ per node, since several members of a sharded filter can share one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from bloomctl.client import RedisClient
@@ -14,10 +15,11 @@ from bloomctl.keys import to_display
 from bloomctl.topology import node_client
 
 
-def check_memory(client: RedisClient, planned: list[tuple[bytes, int]]) -> None:
+def check_memory(client: RedisClient, planned: list[tuple[bytes, int]], kept: Sequence[bytes] = ()) -> None:
     """Refuse when the ``(key, bytes)`` pairs, added up per node, exceed what each node has left
     (maxmemory, else the machine's memory). Skipped for a node that does not tell (an ACL user
-    without INFO, a managed service hiding it)."""
+    without INFO, a managed service hiding it). ``kept``: old filters an earlier swap may still
+    keep for rollback, named in the refusal when one exists."""
     per_node: dict[int, tuple[Any, int]] = {}
     for key, size in planned:
         node = node_client(client, key)
@@ -32,16 +34,16 @@ def check_memory(client: RedisClient, planned: list[tuple[bytes, int]]) -> None:
         limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
         if limit and size > limit - used:
             source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
-            kept = _kept_old(node, [key for key, _size in planned])
+            old = _kept_old(node, [key for key in kept if node_client(client, key) is node])
             raise StateConflict(
                 "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): lower `capacity` or raise `error_rate`, or pass `force`"
-                + (KEPT_OLD_HINT if kept else ""),
+                + (KEPT_OLD_HINT if old else ""),
                 f"{size:,}",
                 f"{max(limit - used, 0):,}",
                 source,
                 f"{limit:,}",
                 f"{used:,}",
-                *kept,
+                *old,
             )
 
 
@@ -51,14 +53,9 @@ KEPT_OLD_HINT = (
 )
 
 
-def _kept_old(node: Any, standbys: list[bytes]) -> tuple[str, ...]:
-    """The values of KEPT_OLD_HINT when a filter replaced by an earlier swap is still kept for
-    rollback (an hour by default) and holds memory the new standby needs; () otherwise."""
-    suffix = b":standby"
-    for standby in standbys:
-        if not standby.endswith(suffix):
-            continue
-        old = standby[: -len(suffix)] + b":old"
+def _kept_old(node: Any, olds: Sequence[bytes]) -> tuple[str, ...]:
+    """The values of KEPT_OLD_HINT for the first of ``olds`` that exists; () when none does."""
+    for old in olds:
         try:
             if not node.exists(old):
                 continue

@@ -90,7 +90,8 @@ def prepare_standbys(
             report.replaced_standby = replaced
     if not options.force:  # the stale standbys about to be replaced free their memory first
         size = backend.size_bytes(targets.plan)
-        check_memory(client, [(standby, max(size - freed.get(standby, 0), 0)) for standby in targets.standbys])
+        planned = [(standby, max(size - freed.get(standby, 0), 0)) for standby in targets.standbys]
+        check_memory(client, planned, kept=[member.old for member in targets.families])
     if report.replaced_standby is not None:
         log(
             f"replacing the standby {report.standby!r} left by an earlier run ({replaced:,} items)",
