@@ -20,10 +20,11 @@ MODULE_TYPE = "MBbloom--"  # what TYPE says of a RedisBloom filter
 COMPANION_SUFFIXES = (":standby", ":old")
 
 
-def did_you_mean(client: RedisClient, key: str | bytes) -> str:
-    """``; did you mean 'users'?`` or ``''``."""
+def did_you_mean(client: RedisClient, key: str | bytes, names: set[str] | None = None) -> str:
+    """``; did you mean 'users'?`` or ``''``. ``names``: key names already looked up (``key_names``),
+    so that several missing keys cost one bounded look."""
     try:
-        found = similar_filters(client, key)
+        found = similar_filters(client, key, key_names(client) if names is None else names)
     except Exception:
         return ""
     if not found:
@@ -31,21 +32,28 @@ def did_you_mean(client: RedisClient, key: str | bytes) -> str:
     return "; did you mean " + " or ".join(repr(name) for name in found) + "?"
 
 
-def similar_filters(client: RedisClient, key: str | bytes, calls: int = SCAN_CALLS) -> list[str]:
-    """Up to three existing filter names close to ``key``, closest first."""
-    from bloomctl import backends
+def key_names(client: RedisClient, calls: int = SCAN_CALLS) -> set[str]:
+    """The names of the keys of a filter's type (RedisBloom's; strings for the bitmap backend) a
+    bounded SCAN finds: at most ``calls`` calls of COUNT 1000 per primary and type."""
     from bloomctl.topology import primaries
 
-    wanted = to_display(key)
     names: set[str] = set()
     for node in primaries(client):
-        for kind in (MODULE_TYPE, "string"):  # RedisBloom filters, then bitmap ones (strings with a header)
+        for kind in (MODULE_TYPE, "string"):
             cursor = 0
             for _ in range(calls):
                 cursor, found = node.scan(cursor=cursor, count=1000, _type=kind)
                 names.update(to_display(k) for k in found)
                 if not cursor:
                     break
+    return names
+
+
+def similar_filters(client: RedisClient, key: str | bytes, names: set[str]) -> list[str]:
+    """Up to three filters among ``names`` close to ``key``, closest first."""
+    from bloomctl import backends
+
+    wanted = to_display(key)
     candidates = [name for name in names if name != wanted and not _companion(name)]
     close = difflib.get_close_matches(wanted, candidates, n=6, cutoff=0.75)
     filters = []

@@ -1091,6 +1091,10 @@ def test_the_suggestion_is_bounded_and_never_in_the_library(target):
     result = target.cli("info", "userz")
     assert result.exit_code == 5
     assert 0 < scans() - before <= 2 * 10  # RedisBloom's type, then strings: 10 calls each at most
+    before = scans()
+    fill = target.cli("fill-ratio", "userz", "usrs", "userss", "--format", "text")
+    assert fill.exit_code == 5 and fill.stdout.count("did you mean 'users'?") == 3
+    assert scans() - before <= 2 * 10  # one look for every missing name
 
 
 def test_a_foreign_hash_with_a_field_named_like_ours_is_not_taken_for_metadata(target, tmp_path):

@@ -187,7 +187,7 @@ def fill_ratio_command(
             with contextlib.suppress(Exception):  # the failure itself is what the user must see
                 _write(output_file, prometheus_text([], limits, exit_code_of(exc), output_file))
         raise
-    reports = [_with_suggestion(app, r) for r in reports]
+    reports = _with_suggestions(app, reports)
     missing = [to_display(r.key) for r in reports if r.status == MISSING]
     over = [to_display(r.key) for r in reports if r.status == OVER]
     code = ExitCode.CONFLICT if missing else ExitCode.CHECK_FAILED if over else ExitCode.OK
@@ -220,17 +220,28 @@ def fill_ratio_command(
         raise click.exceptions.Exit(code)
 
 
-def _with_suggestion(app: AppContext, report: FillReport) -> FillReport:
-    """A filter name that does not exist gets '; did you mean ...?' (a bounded look)."""
+def _with_suggestions(app: AppContext, reports: list[FillReport]) -> list[FillReport]:
+    """Each filter name that does not exist gets '; did you mean ...?' (one bounded look for all)."""
     import dataclasses
 
     from bloomctl.fill import is_pattern
-    from bloomctl.suggest import did_you_mean
+    from bloomctl.suggest import did_you_mean, key_names
 
-    if report.status != MISSING or is_pattern(report.key) or "does not exist" not in " ".join(report.reasons):
-        return report
-    hint = did_you_mean(app.client, report.key)
-    return dataclasses.replace(report, reasons=(report.reasons[0] + hint, *report.reasons[1:])) if hint else report
+    def unknown(report: FillReport) -> bool:
+        return report.status == MISSING and not is_pattern(report.key) and "does not exist" in report.reasons[0]
+
+    if not any(unknown(r) for r in reports):
+        return reports
+    names: set[str] = set()
+    with contextlib.suppress(Exception):  # best effort: no suggestion rather than a failure
+        names = key_names(app.client)
+    out = []
+    for report in reports:
+        hint = did_you_mean(app.client, report.key, names) if unknown(report) else ""
+        out.append(
+            dataclasses.replace(report, reasons=(report.reasons[0] + hint, *report.reasons[1:])) if hint else report
+        )
+    return out
 
 
 def _write(path: str, text: str) -> None:
