@@ -1078,6 +1078,8 @@ def test_the_suggestion_is_bounded_and_never_in_the_library(target):
     from bloomctl.errors import KeyMissing
 
     target.reserve("users", 1000)
+    few = target.cli("fill-ratio", "userz", "usrs", "--format", "text")  # a small keyspace: found
+    assert few.exit_code == 5 and few.stdout.count("did you mean 'users'?") == 2
     for chunk in range(60):  # 60,000 strings: like most keyspaces, far more than the look may read
         target.client.mset({f"noise:{chunk}:{i}": "x" for i in range(1000)})
 
@@ -1093,8 +1095,8 @@ def test_the_suggestion_is_bounded_and_never_in_the_library(target):
     assert 0 < scans() - before <= 2 * 10  # RedisBloom's type, then strings: 10 calls each at most
     before = scans()
     fill = target.cli("fill-ratio", "userz", "usrs", "userss", "--format", "text")
-    assert fill.exit_code == 5 and fill.stdout.count("did you mean 'users'?") == 3
-    assert scans() - before <= 2 * 10  # one look for every missing name
+    assert fill.exit_code == 5
+    assert scans() - before <= 2 * 10  # one look for every missing name (a look each took 3 x 20)
 
 
 def test_a_foreign_hash_with_a_field_named_like_ours_is_not_taken_for_metadata(target, tmp_path):
