@@ -1343,3 +1343,13 @@ def test_a_rebuild_short_of_memory_names_the_filter_kept_for_rollback(target, tm
     assert refused.exit_code == 5, refused.stderr
     assert "still kept for rollback ('{users}:old', expiring in" in refused.stderr
     assert "--keep-old 0" in refused.stderr and target.card("users") == 2000
+
+
+def test_the_lock_note_belongs_to_one_invocation(target):
+    """(9, review) "the filter's lock is released" is said only by a run that took a lock: the flag
+    is reset by every invocation (a long-lived caller's earlier run does not leak into the next)."""
+    from bloomctl import lock
+
+    active_and_small_standby(target, active_items=1000, standby_items=900)
+    assert target.cli("swap", "users", "--yes").exit_code == 0 and lock.TAKEN[0]
+    assert target.cli("info", "users").exit_code == 0 and not lock.TAKEN[0]

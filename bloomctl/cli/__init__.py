@@ -72,9 +72,8 @@ def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str =
 
 def _lock_note() -> str:
     """'; the filter's lock is released' when this run took one (an `info` holds none)."""
-    from bloomctl.lock import TAKEN
-
-    return "; the filter's lock is released" if TAKEN[0] else ""
+    lock = sys.modules.get("bloomctl.lock")  # not loaded: no lock was taken
+    return "; the filter's lock is released" if lock is not None and lock.TAKEN[0] else ""
 
 
 def _is_redis_error(exc: BaseException) -> bool:
@@ -123,6 +122,9 @@ class BloomctlGroup(click.Group):
         given = sys.argv[1:] if args is None else list(args)
         if given and given[-1] == "-h":  # -h last: help (given a value, -h is the host, as in redis-cli)
             args = [*given[:-1], "--help"]
+        lock = sys.modules.get("bloomctl.lock")  # (not imported at start-up: a run that locks loads it)
+        if lock is not None:
+            lock.TAKEN[0] = False  # this invocation's own: what its message after a signal may say
         previous = _catch_signals()
         _open_closed_streams()
         try:
