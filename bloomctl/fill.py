@@ -19,7 +19,7 @@ from bloomctl.keys import hash_tag, to_bytes, to_display
 from bloomctl.manifest import is_member_name, read_manifest, select_manifests
 from bloomctl.planner import format_rate
 from bloomctl.sharded import ShardedState
-from bloomctl.topology import primaries
+from bloomctl.topology import primaries, scan_type
 
 GLOB_CHARS = frozenset(b"*?[")
 COMPANION_SUFFIXES = (b":standby", b":old")
@@ -49,7 +49,7 @@ def scan_filters(client: RedisClient, pattern: bytes, count: int = 1000) -> Iter
     for node in primaries(client):
         for redis_type, select in selectors:
             page: list[bytes] = []
-            for key in node.scan_iter(match=pattern, count=count, _type=redis_type):
+            for key in scan_type(node, redis_type, match=pattern, count=count):
                 page.append(key)
                 if len(page) >= count:
                     yield from _keep(select(node, page), seen)

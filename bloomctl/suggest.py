@@ -35,17 +35,12 @@ def did_you_mean(client: RedisClient, key: str | bytes, names: set[str] | None =
 def key_names(client: RedisClient, calls: int = SCAN_CALLS) -> set[str]:
     """The names of the keys of a filter's type (RedisBloom's; strings for the bitmap backend) a
     bounded SCAN finds: at most ``calls`` calls of COUNT 1000 per primary and type."""
-    from bloomctl.topology import primaries
+    from bloomctl.topology import primaries, scan_type
 
     names: set[str] = set()
     for node in primaries(client):
         for kind in (MODULE_TYPE, "string"):
-            cursor = 0
-            for _ in range(calls):
-                cursor, found = node.scan(cursor=cursor, count=1000, _type=kind)
-                names.update(to_display(k) for k in found)
-                if not cursor:
-                    break
+            names.update(to_display(k) for k in scan_type(node, kind, count=1000, calls=calls))
     return names
 
 

@@ -6,6 +6,7 @@ connection (pipelines to one node, SCAN, per-node memory) goes through here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from bloomctl.client import RedisClient
@@ -61,3 +62,25 @@ def masters(client: RedisClient) -> list[tuple[str, set[int]]]:
 def default_node(client: RedisClient) -> dict[str, Any]:
     """Keyword arguments that send a keyless command to one node (every node runs the same build)."""
     return {"target_nodes": client.get_default_node()} if is_cluster(client) else {}  # type: ignore[attr-defined]
+
+
+def scan_type(
+    node: Any, kind: str | bytes, *, match: bytes | None = None, count: int = 1000, calls: int | None = None
+) -> Iterator[bytes]:
+    """The keys of one node that SCAN ... TYPE ``kind`` finds (at most ``calls`` SCAN calls when
+    given). A type the server does not know has no keys: Valkey refuses a module's type name while
+    the module is not loaded ("unknown type name"), where Redis answers an empty page."""
+    from redis.exceptions import ResponseError
+
+    cursor, done = 0, 0
+    while True:
+        try:
+            cursor, found = node.scan(cursor=cursor, match=match, count=count, _type=kind)
+        except ResponseError as exc:
+            if "unknown type name" in str(exc).lower():
+                return
+            raise
+        yield from found
+        done += 1
+        if not cursor or (calls is not None and done >= calls):
+            return
