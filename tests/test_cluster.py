@@ -12,7 +12,7 @@ from bloomctl.keys import KeyFamily, key_slot
 from bloomctl.planner import plan
 from bloomctl.server import detect
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.matrix]  # matrix: CI runs it on every server
 
 
 def _node(cluster, port):

@@ -25,7 +25,7 @@ from bloomctl.server import detect
 from bloomctl.sources import CsvSource
 from tests.servers import RedisCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.matrix]  # matrix: CI runs it on every server
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 
 @pytest.fixture
 def filled(target):

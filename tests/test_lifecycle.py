@@ -17,6 +17,8 @@ from bloomctl.planner import plan
 from bloomctl.server import detect
 from tests.hammer import Hammer
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 AWKWARD_KEYS = ["users", "bf:{users}", "a}b", "ünï code"]
 
 

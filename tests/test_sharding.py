@@ -15,6 +15,8 @@ from bloomctl.topology import node_client
 from tests.data import write_csv
 from tests.hammer import Hammer
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 # docs/sharding.md's routing test vectors: shard = CRC-32 (zlib / IEEE 802.3) of the item's bytes, mod N.
 VECTORS = [
     (b"", 0, {3: 0, 16: 0}),

@@ -11,6 +11,8 @@ from bloomctl.keys import KeyFamily
 from bloomctl.single import atomic_rollback, atomic_swap
 from tests.hammer import Hammer
 
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
 SWAPS = 300
 
 
