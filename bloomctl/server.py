@@ -167,3 +167,68 @@ def _pairs(module: Any) -> dict[str, Any]:
         return {_text(k): v for k, v in module.items()}
     items = list(module)
     return {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+
+
+@dataclass(frozen=True)
+class BloomDefaults:
+    """What BF.ADD / BF.MADD / BF.INSERT create when the key does not exist yet."""
+
+    capacity: int = 100
+    error_rate: float = 0.01
+    expansion: int | None = 2  # None: NONSCALING (Redis 8's bf-expansion-factor 0)
+    source: str = "the module's built-in defaults"
+
+
+def bloom_defaults(client: RedisClient, server: ServerInfo) -> BloomDefaults:
+    """The server's defaults for auto-created filters: Redis 8's ``bf-initial-size``,
+    ``bf-error-rate`` and ``bf-expansion-factor`` (CONFIG GET), RedisBloom 2.x's ``INITIAL_SIZE``
+    and ``ERROR_RATE`` module arguments (MODULE LIST); 100 / 0.01 / 2 where the server does not tell."""
+    node = default_node(client)
+    found: dict[str, str] = {}
+    try:
+        if server.line == "redis8":
+            reply = client.execute_command("CONFIG GET", "bf-*", **node)
+            pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2], strict=False)
+            found = {_text(k).lower(): _text(v) for k, v in pairs}
+            names = ("bf-initial-size", "bf-error-rate", "bf-expansion-factor")
+        else:
+            names = ("initial_size", "error_rate", "")
+            for module in client.execute_command("MODULE LIST", **node) or []:
+                fields = _pairs(module)
+                if _text(fields.get("name", "")).lower() == "bf":
+                    args = [_text(a) for a in fields.get("args") or []]
+                    found = {args[i].lower(): args[i + 1] for i in range(0, len(args) - 1, 2)}
+    except Exception:  # no permission for CONFIG or MODULE: the built-in defaults
+        return BloomDefaults()
+    if not found:
+        return BloomDefaults()
+    base = BloomDefaults()
+    try:
+        capacity = int(found.get(names[0], base.capacity))
+        error_rate = float(found.get(names[1], base.error_rate))
+        expansion_text = found.get(names[2]) if names[2] else None
+        expansion = base.expansion if expansion_text is None else (int(expansion_text) or None)
+    except ValueError:
+        return base
+    where = "CONFIG bf-*" if server.line == "redis8" else "the module's arguments"
+    return BloomDefaults(capacity, error_rate, expansion, where)
+
+
+def looks_auto_created(
+    backend: str,
+    reserved_capacity: int,
+    expansion: int | None,
+    first_error: float | None,
+    metadata: dict[str, str],
+    defaults: BloomDefaults,
+) -> bool:
+    """A RedisBloom filter bloomctl did not create whose capacity, expansion and first error rate are
+    the server's defaults: almost surely made by a BF.ADD on a missing key (no BF.RESERVE first)."""
+    if backend != "redisbloom" or metadata.get("created_by", "").startswith("bloomctl "):
+        return False
+    if reserved_capacity != defaults.capacity or expansion != defaults.expansion:
+        return False
+    if first_error is None:
+        return True
+    tightened = defaults.error_rate / 2 if defaults.expansion is not None else defaults.error_rate
+    return abs(first_error - tightened) <= 1e-9 * tightened or abs(first_error - defaults.error_rate) <= 1e-9

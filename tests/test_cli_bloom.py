@@ -115,3 +115,34 @@ def test_auto_backend_picks_redisbloom(cli_bloom, bloom):
     result = cli_bloom("reserve", "users", "-c", "1000", "-e", "1%", "--format", "json")
     assert json.loads(result.stdout)["filter"]["backend"] == "redisbloom"
     assert bloom.client().type("users") == b"MBbloom--"
+
+
+def test_info_warns_about_a_filter_auto_created_with_the_defaults(cli_bloom, bloom):
+    """(#11 item 1) BF.ADD on a missing key creates a filter of capacity 100: `info` says so, in
+    text (stderr) and JSON; a filter bloomctl reserved with the same numbers does not warn."""
+    client = bloom.client()
+    client.execute_command("BF.ADD", "forgot", "user:1")
+    text = cli_bloom("info", "forgot", "--format", "table")
+    assert text.exit_code == 0 and "looks auto-created" in text.stderr and "capacity 100," in text.stderr
+    data = json.loads(cli_bloom("info", "forgot", "--format", "json").stdout)
+    assert len(data["warnings"]) == 1 and "bloomctl reserve" in data["warnings"][0]
+    assert cli_bloom("reserve", "planned", "-c", "100", "-e", "1%").exit_code == 0
+    planned = cli_bloom("info", "planned", "--format", "json")
+    assert json.loads(planned.stdout)["warnings"] == [] and "auto-created" not in planned.stderr
+    client.execute_command("BF.RESERVE", "by-hand", "0.001", 100)  # reserved, another error rate: no warning
+    assert json.loads(cli_bloom("info", "by-hand", "--format", "json").stdout)["warnings"] == []
+
+
+def test_the_auto_created_warning_reads_the_servers_own_defaults(workdir, cli):
+    """Module arguments INITIAL_SIZE / ERROR_RATE (both lines take them; Redis 8 maps them to
+    bf-initial-size / bf-error-rate): the warning recognises a filter made with those."""
+    from tests.servers import RedisServer, module_path
+
+    server = RedisServer(workdir, extra=["--loadmodule", module_path(), "INITIAL_SIZE", "500", "ERROR_RATE", "0.001"])
+    try:
+        server.client().execute_command("BF.ADD", "forgot", "x")
+        result = cli("info", "forgot", "--format", "json", url=server.url)
+        warnings = json.loads(result.stdout)["warnings"]
+        assert len(warnings) == 1 and "capacity 500," in warnings[0] and "error rate 0.001" in warnings[0], warnings
+    finally:
+        server.stop()

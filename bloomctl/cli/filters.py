@@ -8,6 +8,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import backend_option, format_option, shards_option, sizing_options
+from bloomctl.cli.output import current
 from bloomctl.cli.plan import plan_data, render_plan
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
 from bloomctl.defaults import AUTO
@@ -196,6 +197,9 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
         render_sharded(description.as_dict(), output_format)
         return
     data = description.as_dict()
+    data["warnings"] = info_warnings(app, description)
+    for warning in data["warnings"]:
+        current().warn(warning)
     if output_format == "json":
         emit_json(data)
         return
@@ -220,6 +224,38 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
         )
         if not data["exact"]:
             note("* expected bit fill from the item count; --exact measures it")
+
+
+def info_warnings(app: AppContext, description: Any) -> list[str]:
+    """What an operator should hear about a filter: one auto-created with the server's defaults
+    (the classic forgotten BF.RESERVE: 100 items, then a chain of ever bigger sub-filters)."""
+    from bloomctl.server import BloomDefaults, bloom_defaults, looks_auto_created
+
+    state = description.state
+    if state.backend != "redisbloom":
+        return []
+    defaults = bloom_defaults(app.client, app.server)
+    first_error = state.subfilters[0].error_rate if state.subfilters else None
+    # the server's defaults now, or the module's built-in ones (a filter made before a CONFIG SET)
+    matched = next(
+        (
+            d
+            for d in (defaults, BloomDefaults())
+            if looks_auto_created(
+                state.backend, state.reserved_capacity, state.expansion, first_error, description.metadata, d
+            )
+        ),
+        None,
+    )
+    if matched is None:
+        return []
+    defaults = matched
+    return [
+        f"{to_display(description.key)!r} looks auto-created with the server's defaults (capacity {defaults.capacity:,}, "
+        f"error rate {defaults.error_rate:g}, from {defaults.source}): a BF.ADD, BF.MADD or BF.INSERT on a missing key "
+        "creates it so. Reserve filters before the application writes (`bloomctl reserve`), then rebuild this one "
+        "with a planned capacity (`bloomctl rebuild ... --capacity N`)"
+    ]
 
 
 def render_sharded(data: dict[str, Any], output_format: str) -> None:
