@@ -31,7 +31,7 @@ from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manifest
 from bloomctl.memory import check_memory
-from bloomctl.metadata import LOADED, LOADING, RECIPE, metadata_for, read_metadata
+from bloomctl.metadata import LOADED, LOADING, RECIPE, check_companions, metadata_for, read_metadata
 from bloomctl.planner import Plan, plan
 from bloomctl.rebuild.standby import is_out_of_memory, new_generation, out_of_memory
 from bloomctl.server import ServerInfo
@@ -43,23 +43,34 @@ KEPT_META = (RECIPE, "created_at", "created_by")  # metadata a dump carries to t
 
 Events = Callable[[str, dict[str, Any]], None]
 
-# KEYS: scratch, standby, standby metadata. ARGV: generation. The loaded scratch key becomes the
-# standby, only while the metadata is still this run's.
+# KEYS: scratch, scratch metadata, standby, standby metadata. ARGV: generation, state. The loaded
+# scratch key and its metadata replace the standby and its metadata in one step, only while the
+# scratch metadata is still this run's: until then an existing standby is untouched.
 FINISH_LUA = """
-if redis.call('HGET', KEYS[3], 'generation') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local replaced = redis.call('EXISTS', KEYS[3])
+redis.call('UNLINK', KEYS[3], KEYS[4])
 redis.call('PERSIST', KEYS[1])
-redis.call('RENAME', KEYS[1], KEYS[2])
-redis.call('HDEL', KEYS[3], 'build')
-redis.call('HSET', KEYS[3], 'state', ARGV[2])
-return 1
+redis.call('RENAME', KEYS[1], KEYS[3])
+redis.call('HSET', KEYS[2], 'state', ARGV[2])
+redis.call('PERSIST', KEYS[2])
+redis.call('RENAME', KEYS[2], KEYS[4])
+return 1 + replaced
 """
 
-# KEYS: scratch, standby metadata. ARGV: generation. Removes this run's scratch key and metadata.
+# KEYS as FINISH_LUA's. ARGV: generation. Removes what this run wrote: its scratch key and metadata,
+# or, for a member it had already finished (a sharded restore failing later), that standby.
 DISCARD_LUA = """
-if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
-redis.call('UNLINK', KEYS[1], KEYS[2])
-return 1
+if redis.call('HGET', KEYS[2], 'generation') == ARGV[1] then
+  redis.call('UNLINK', KEYS[1], KEYS[2])
+  return 1
+end
+if redis.call('HGET', KEYS[4], 'generation') == ARGV[1] then
+  redis.call('UNLINK', KEYS[3], KEYS[4])
+  return 2
+end
+return 0
 """
 
 
@@ -312,6 +323,7 @@ class _Writer:
     ) -> None:
         self.client, self.backend, self.family, self.member, self.name = client, backend, family, member, name
         self.scratch = family.companion("restore")
+        self.scratch_meta = family.companion("restore:meta")
         self.started = False
         self.offset = 0
 
@@ -419,37 +431,11 @@ def restore(
         meta["restored_from"] = str(header.get("source", {}).get("server", "?"))
         writers = []
         for member, described in zip(families, header["members"], strict=True):
-            report.replaced_standby |= backends.key_type(client, member.standby) != b"none"
-            leftover = client.hget(member.standby_meta, "build")
-            client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))
-            client.hset(member.standby_meta, mapping={**meta, "build": member.companion("restore")})
+            _clear_scratch(client, member)
+            client.hset(member.companion("restore:meta"), mapping=meta)
+            client.pexpire(member.companion("restore:meta"), SCRATCH_TTL_MS)  # type: ignore[attr-defined]
             writers.append(_Writer(client, backend, member, described, to_display(member.active)))
-        try:
-            for chunk in chunks:  # the reader checks each chunk's CRC, and the file's SHA-256 at its end
-                if not 0 <= chunk.member < len(writers):
-                    raise DumpCorrupt("the dump has a chunk for member %s of %s", chunk.member, len(writers))
-                lock.check_writing()
-                writers[chunk.member].write(chunk)
-                report.chunks += 1
-                report.bytes += len(chunk.data)
-            for writer in writers:
-                writer.check()
-            lock.check_writing()
-            finish = client.register_script(FINISH_LUA)
-            for writer, member in zip(writers, families, strict=True):
-                done = int(
-                    finish(keys=[writer.scratch, member.standby, member.standby_meta], args=[generation, LOADED])
-                )
-                if done != 1:
-                    raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
-        except BaseException as exc:
-            discard = client.register_script(DISCARD_LUA)
-            for writer, member in zip(writers, families, strict=True):
-                with contextlib.suppress(Exception):  # what cannot be removed now expires by itself
-                    discard(keys=[writer.scratch, member.standby_meta], args=[generation])
-            if isinstance(exc, Exception) and is_out_of_memory(exc):
-                raise out_of_memory(exc, family.standby) from None
-            raise
+        _load(client, lock, writers, families, chunks, generation, report)
         report.standbys = [to_display(member.standby) for member in families]
         log(
             f"restored {report.items:,} items ({report.chunks} chunks, {report.bytes:,} bytes) into "
@@ -474,6 +460,60 @@ def restore(
             report.note = result.note
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _load(
+    client: RedisClient,
+    lock: FilterLock,
+    writers: list[_Writer],
+    families: list[KeyFamily],
+    chunks: Iterator[Chunk],
+    generation: str,
+    report: RestoreReport,
+) -> None:
+    """Every chunk into its member's scratch key, each member checked, then renamed to its standby;
+    on any failure (a signal included) this run's scratch keys and metadata are removed."""
+    try:
+        for chunk in chunks:  # the reader checks each chunk's CRC, and the file's SHA-256 at its end
+            if not 0 <= chunk.member < len(writers):
+                raise DumpCorrupt("the dump has a chunk for member %s of %s", chunk.member, len(writers))
+            lock.check_writing()
+            writers[chunk.member].write(chunk)
+            report.chunks += 1
+            report.bytes += len(chunk.data)
+        for writer in writers:
+            writer.check()
+        lock.check_writing()
+        finish = client.register_script(FINISH_LUA)
+        for writer, member in zip(writers, families, strict=True):
+            keys = [writer.scratch, writer.scratch_meta, member.standby, member.standby_meta]
+            done = int(finish(keys=keys, args=[generation, LOADED]))
+            report.replaced_standby |= done == 2
+            if done < 1:
+                raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
+    except BaseException as exc:
+        discard = client.register_script(DISCARD_LUA)
+        for writer, member in zip(writers, families, strict=True):
+            with contextlib.suppress(Exception):  # what cannot be removed now expires by itself
+                discard(
+                    keys=[writer.scratch, writer.scratch_meta, member.standby, member.standby_meta], args=[generation]
+                )
+        if isinstance(exc, Exception) and is_out_of_memory(exc):
+            raise out_of_memory(exc, families[0].standby) from None
+        raise
+
+
+def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
+    """Remove a killed restore's leftovers (they would expire anyway); refuse to touch a scratch
+    key bloomctl did not write."""
+    scratch, meta = family.companion("restore"), family.companion("restore:meta")
+    check_companions(client, [(meta, "metadata")])
+    if backends.key_type(client, scratch) != b"none" and not client.exists(meta):
+        raise StateConflict(
+            "%r holds data bloomctl did not write (bloomctl restores into it): move that key away first",
+            to_display(scratch),
+        )
+    client.unlink(scratch, meta)
 
 
 def _targets(

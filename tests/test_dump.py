@@ -129,13 +129,16 @@ def test_a_bad_file_changes_nothing(target):
     fill(target, "users", n=500)
     target.reserve("live", 10_000)
     target.add("live", ITEMS[:400])
-    before_bits, before_keys = target.dump("live"), keys_of(target.client)
+    standby = KeyFamily.of("live").standby  # a rebuild's standby waiting for its swap survives too
+    target.reserve(standby, 10_000)
+    target.add(standby, ITEMS[:450])
+    before_bits, before_keys, before_standby = target.dump("live"), keys_of(target.client), target.dump(standby)
     data = dump_bytes(target, "users")
     for name, (bad, expected) in _corruptions(data).items():
         result = restore(target, "live", bad, "--swap", "--allow-shrink")
         assert result.exit_code == 8, (name, result.stderr)
         assert expected in result.stderr and result.stderr.count("\n") == 1, (name, result.stderr)
-        assert target.dump("live") == before_bits, name
+        assert target.dump("live") == before_bits and target.dump(standby) == before_standby, name
         assert keys_of(target.client) == before_keys, (name, keys_of(target.client) - before_keys)
 
 
@@ -381,7 +384,8 @@ def test_a_killed_restore_leaves_a_standby_swap_refuses(plain, cli, tmp_path):
     process.wait()
     assert client.get("live") == before
     assert 0 < client.pttl(family.companion("restore")) <= 3_600_000
-    assert client.hget(family.standby_meta, "state") == b"loading"
+    assert client.hget(family.companion("restore:meta"), "state") == b"loading"
+    assert not client.exists(family.standby)  # nothing becomes the standby before the last chunk
     locked = cli("swap", "live", "--yes", url=plain.url)
     assert locked.exit_code == 6, locked.stderr  # the killed run's lock, until it expires
     client.delete(family.lock)
