@@ -133,7 +133,7 @@ def test_info_warns_about_a_filter_auto_created_with_the_defaults(cli_bloom, blo
     assert json.loads(cli_bloom("info", "by-hand", "--format", "json").stdout)["warnings"] == []
 
 
-def test_the_auto_created_warning_reads_the_servers_own_defaults(workdir, cli):
+def test_the_auto_created_warning_reads_the_servers_own_defaults(bloom, workdir, cli):  # bloom: the tier
     """Module arguments INITIAL_SIZE / ERROR_RATE (both lines take them; Redis 8 maps them to
     bf-initial-size / bf-error-rate): the warning recognises a filter made with those."""
     from tests.servers import RedisServer, module_path
