@@ -85,7 +85,9 @@ def write(out: IO[bytes], header: dict[str, Any], chunks: Iterator[Chunk]) -> tu
             stream.write(b"M" + _U16.pack(chunk.member))
             member = chunk.member
         head = _CHUNK.pack(chunk.cursor, len(chunk.data))
-        stream.write(b"C" + head + chunk.data + _U32.pack(zlib.crc32(chunk.data, zlib.crc32(head[:8]))))
+        stream.write(b"C" + head)  # three writes: a 16 MiB chunk is not copied into one buffer
+        stream.write(chunk.data)
+        stream.write(_U32.pack(zlib.crc32(chunk.data, zlib.crc32(head[:8]))))
         count, total = count + 1, total + len(chunk.data)
     out.write(b"Z" + _END.pack(count, total, stream.sha.digest()))  # the digest covers what came before
     return count, total
