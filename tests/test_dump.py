@@ -448,3 +448,21 @@ def test_matrix_packages_are_known():
 
     extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]["servers"]
     assert sorted(spec.split("==")[0] for spec in extra) == sorted(PACKAGED_SERVERS)
+
+
+@pytest.mark.redisbloom
+def test_big_redisbloom_chunks_load_in_pieces(bloom, cli):
+    """SCANDUMP sends a 2.4 MB sub-filter as one chunk; restore loads it in 1 MiB pieces, each at
+    its own position: a misplaced piece would change the bits."""
+    from bloomctl.backends import get
+
+    rb = get("redisbloom")
+    client = bloom.client()
+    client.execute_command("BF.RESERVE", "big", 0.01, 2_000_000)
+    items = [f"user:{i}" for i in range(20_000)]
+    rb.madd(client, b"big", items)
+    assert len(client.execute_command("BF.SCANDUMP", "big", 1)[1]) > 2 * (1 << 20)  # one chunk, over 2 MiB
+    result = cli("restore", "copy", "--swap", input=cli("dump", "big", url=bloom.url).stdout_bytes, url=bloom.url)
+    assert result.exit_code == 0, result.stderr
+    assert _raw(client, rb, b"copy") == _raw(client, rb, b"big")
+    assert all(rb.mexists(client, b"copy", items))
