@@ -223,8 +223,9 @@ def settings_from(
     )
 
 
-def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
-    """Open a client and check it answers. ``cluster=None`` asks the server whether it is a Cluster node."""
+def connect(settings: ConnectionSettings, **hints: str) -> redis.Redis | redis.RedisCluster:
+    """Open a client and check it answers. ``cluster=None`` asks the server whether it is a Cluster node.
+    ``hints`` (``password_env``, ``password_option``) name where this server's password comes from."""
     import redis
 
     kwargs = settings.client_kwargs()
@@ -246,7 +247,7 @@ def connect(settings: ConnectionSettings) -> redis.Redis | redis.RedisCluster:
             return _open_cluster(settings, kwargs)
         return client
     except redis.exceptions.RedisError as exc:
-        raise connection_error(exc, settings) from None
+        raise connection_error(exc, settings, **hints) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
         raise UsageError("invalid `url` %s: %s", settings.redacted_url, _scrub(str(exc), settings)) from None
 
@@ -362,18 +363,28 @@ def _scrub(text: str, settings: ConnectionSettings) -> str:
     return text.replace(settings.url, settings.redacted_url)
 
 
-def connection_error(exc: Exception, settings: ConnectionSettings) -> ConnectionFailed:
+def connection_error(
+    exc: Exception,
+    settings: ConnectionSettings,
+    *,
+    password_env: str = PASSWORD_ENV,
+    password_option: str = "password_file",
+) -> ConnectionFailed:
+    """One line for a redis-py error at ``settings``'s server; the hints name where its password
+    comes from (``copy``'s target has its own variable and option)."""
     import redis
 
     where = settings.redacted_url
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
         return ConnectionFailed(
-            "authentication failed at %s (check the URL's user and password, %s or `password_file`)",
+            "authentication failed at %s (check the URL's user and password, %s or `" + password_option + "`)",
             where,
-            PASSWORD_ENV,
+            password_env,
         )
     if isinstance(exc, redis.exceptions.ResponseError) and "NOAUTH" in str(exc):
-        return ConnectionFailed("%s requires a password: put it in the URL, %s or `password_file`", where, PASSWORD_ENV)
+        return ConnectionFailed(
+            "%s requires a password: put it in the URL, %s or `" + password_option + "`", where, password_env
+        )
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return ConnectionFailed(
             "the server at %s denies this user a command bloomctl needs: %s", where, _scrub(str(exc), settings)

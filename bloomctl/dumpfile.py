@@ -14,7 +14,7 @@ Layout (integers big-endian), documented in docs/dump-format.md::
                                           the end; nothing may follow it
 
 A reader checks each chunk's CRC before handing it on and the SHA-256 at the end, so a restore
-refuses a corrupt or truncated file having written nothing but a standby it then removes.
+refuses a corrupt or truncated file having written nothing but its scratch key, which it removes.
 """
 
 from __future__ import annotations

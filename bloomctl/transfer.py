@@ -13,7 +13,6 @@ filter is never touched.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,18 +21,19 @@ from typing import Any
 from bloomctl import __version__, backends, lifecycle
 from bloomctl.backends import Backend
 from bloomctl.backends.bitmap import HEADER_BYTES, parse_header, recognise
-from bloomctl.backends.redisbloom import OPT_NO_SCALING, parse_scandump_header
+from bloomctl.backends.redisbloom import OPT_FORCE64, OPT_NO_SCALING, OPT_NOROUND, parse_scandump_header
 from bloomctl.client import RedisClient
-from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
+from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO, MAX_SHARDS
 from bloomctl.dumpfile import Chunk, DumpCorrupt
-from bloomctl.errors import StateConflict, UnsupportedServer, VerifyFailed
+from bloomctl.errors import OutOfMemory, StateConflict, UnsupportedServer, VerifyFailed
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manifest
 from bloomctl.memory import check_memory
 from bloomctl.metadata import LOADED, LOADING, RECIPE, check_companions, metadata_for, read_metadata
-from bloomctl.planner import Plan, plan
-from bloomctl.rebuild.standby import is_out_of_memory, new_generation, out_of_memory
+from bloomctl.planner import MAX_EXPANSION, SubFilter, plan
+from bloomctl.rebuild.standby import is_out_of_memory, new_generation
+from bloomctl.routing import ROUTING
 from bloomctl.server import ServerInfo
 from bloomctl.single import check_family, check_recipe
 from bloomctl.topology import node_client
@@ -41,14 +41,19 @@ from bloomctl.topology import node_client
 BITMAP_SLICE = 1 << 20  # bytes of a bitmap filter per GETRANGE
 LOADCHUNK_PIECE = 1 << 20  # bytes per BF.LOADCHUNK: under 1 ms on the server
 SCRATCH_TTL_MS = 3_600_000  # a killed restore's scratch key drops itself after an hour
-KEPT_META = (RECIPE, "created_at", "created_by")  # metadata a dump carries to the restored filter
+KEPT_META = (RECIPE,)  # metadata a dump carries to the restored filter: how its items were built
 
 Events = Callable[[str, dict[str, Any]], None]
 
-# KEYS: scratch, scratch metadata, standby, standby metadata. ARGV: generation, state. The loaded
+# KEYS: scratch, scratch metadata, standby, standby metadata, the filter's lock. ARGV: generation,
+# state, the lock's token ('' for a shard member: the lock is in another slot, checked before). The loaded
 # scratch key and its metadata replace the standby and its metadata in one step, only while the
 # scratch metadata is still this run's: until then an existing standby is untouched.
 FINISH_LUA = """
+if ARGV[3] ~= '' then
+  local lock = redis.call('GET', KEYS[5])
+  if not lock or not string.find(lock, ARGV[3], 1, true) then return -2 end
+end
 if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local replaced = redis.call('EXISTS', KEYS[3])
@@ -125,6 +130,7 @@ def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Du
         "key": to_display(raw),
         "key_hex": raw.hex(),
         "shards": manifest.shards if manifest is not None else None,
+        "routing": manifest.routing if manifest is not None else None,
         "capacity": capacity,
         "error_rate": error_rate,
         "expansion": expansion,
@@ -154,22 +160,43 @@ def _error_rate(backend: Backend, member: dict[str, Any], meta: dict[str, str]) 
     return first * 2 if backend.name == "redisbloom" and member["expansion"] is not None else first
 
 
+def _identity(client: RedisClient, backend: Backend, key: bytes) -> tuple[tuple[Any, ...], int]:
+    """What must not change while a member is dumped, and its item count (which may grow): its type,
+    its metadata's generation and creation time and the old key's (a swap or a rollback brings
+    another filter's), and its layout (a new sub-filter moves the chunks)."""
+    family = KeyFamily.of(key)
+    kind = backends.key_type(client, key)
+    meta = tuple(client.hmget(family.meta, ["generation", "created_at"]))
+    # a swap or rollback also moves a filter to (or from) the old key, and its metadata with it
+    old = (client.exists(family.old), tuple(client.hmget(family.old_meta, ["generation", "created_at"])))
+    state = backend.info(client, key)
+    layout = tuple((s.capacity, s.bits, s.hashes, s.error_rate) for s in state.subfilters)
+    return (kind, meta, old, layout, state.size_bytes, state.filters), state.items
+
+
 def _chunks(
     client: RedisClient, backend: Backend, members: list[bytes], described: list[dict[str, Any]]
 ) -> Iterator[Chunk]:
-    for index, (member, before) in enumerate(zip(members, described, strict=True)):
+    """Each member's chunks; a member replaced or grown while it was read fails the dump (its
+    items may grow meanwhile: a chunk holds at least the items the header counts)."""
+    for index, (member, described_member) in enumerate(zip(members, described, strict=True)):
+        before, items_before = _identity(client, backend, member)
+        if before[4] != described_member["size_bytes"] or items_before < described_member["items"]:
+            raise _changed(member)
         if backend.name == "redisbloom":
             yield from _scandump(client, index, member)
         else:
-            yield from _slices(client, index, member, before["size_bytes"])
-        after = backend.info(client, member, with_header=False)
-        if (after.filters, after.size_bytes) != (before["filters"], before["size_bytes"]):
-            raise StateConflict(
-                "the filter %r grew a sub-filter while it was being dumped (%s -> %s bytes): dump it again",
-                to_display(member),
-                f"{before['size_bytes']:,}",
-                f"{after.size_bytes:,}",
-            )
+            yield from _slices(client, index, member, described_member["size_bytes"])
+        after, items_after = _identity(client, backend, member)
+        if after != before or items_after < items_before:
+            raise _changed(member)
+
+
+def _changed(key: bytes) -> StateConflict:
+    return StateConflict(
+        "the filter %r changed while it was being dumped (a swap, a rollback, or a new sub-filter): dump it again",
+        to_display(key),
+    )
 
 
 def _scandump(client: RedisClient, index: int, key: bytes) -> Iterator[Chunk]:
@@ -185,7 +212,7 @@ def _slices(client: RedisClient, index: int, key: bytes, size: int) -> Iterator[
     for offset in range(0, size, BITMAP_SLICE):
         data = client.getrange(key, offset, min(offset + BITMAP_SLICE, size) - 1)  # type: ignore[attr-defined]
         if len(data) != min(BITMAP_SLICE, size - offset):
-            raise StateConflict("the filter %r changed size while it was being dumped: dump it again", to_display(key))
+            raise _changed(key)
         yield Chunk(index, offset, data)
 
 
@@ -226,25 +253,48 @@ class RestoreReport:
         }
 
 
+def _int(value: Any, low: int, high: int | None = None) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+
+
+def _member_ok(member: Any) -> bool:
+    return (
+        isinstance(member, dict)
+        and _int(member.get("capacity"), 1)
+        and _int(member.get("items"), 0)
+        and _int(member.get("size_bytes"), 1)
+        and _int(member.get("filters"), 1)
+        and (member.get("expansion") is None or _int(member.get("expansion"), 1, MAX_EXPANSION))
+    )
+
+
 def check_header(header: dict[str, Any]) -> None:
-    """The numbers a restore relies on, each of the right kind (a hand-edited or foreign header fails here)."""
-    try:
-        ok = (
-            header["backend"] in backends.names()
-            and isinstance(header["members"], list)
-            and len(header["members"]) == (header["shards"] or 1)
-            and int(header["capacity"]) >= 1
-            and 0 < float(header["error_rate"]) < 1
-            and all(int(m["size_bytes"]) >= 0 and int(m["items"]) >= 0 for m in header["members"])
-        )
-    except (KeyError, TypeError, ValueError):
-        ok = False
+    """Every field a restore uses, of the right kind and in range: a hand-edited or foreign header
+    fails here with one line (exit 8), before anything is written."""
+    shards = header.get("shards")
+    members = header.get("members")
+    metadata = header.get("metadata")
+    source = header.get("source", {})
+    error_rate = header.get("error_rate")
+    ok = (
+        header.get("backend") in backends.names()
+        and (shards is None or _int(shards, 1, MAX_SHARDS))
+        and isinstance(members, list)
+        and len(members) == (shards or 1)
+        and all(_member_ok(m) for m in members)
+        and _int(header.get("capacity"), 1)
+        and isinstance(error_rate, float | int)
+        and not isinstance(error_rate, bool)
+        and 0 < error_rate < 1
+        and (header.get("expansion") is None or _int(header.get("expansion"), 1, MAX_EXPANSION))
+        and _int(header.get("items"), 0)
+        and isinstance(metadata, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())
+        and isinstance(source, dict)
+        and (shards is None or header.get("routing") == ROUTING)
+    )
     if not ok:
-        raise DumpCorrupt("the dump's header is incomplete or inconsistent (backend, capacity, members)")
-
-
-def _plan_of(header: dict[str, Any]) -> Plan:
-    return plan(int(header["capacity"]), float(header["error_rate"]), header["expansion"])
+        raise DumpCorrupt("the dump's header is incomplete or inconsistent (backend, parameters, members)")
 
 
 def check_target(client: RedisClient, server: ServerInfo, key: bytes, header: dict[str, Any]) -> Backend:
@@ -289,26 +339,35 @@ def check_target(client: RedisClient, server: ServerInfo, key: bytes, header: di
 def check_redisbloom_header(blob: bytes, member: dict[str, Any], name: str) -> None:
     """BF.LOADCHUNK takes some headers it should not (RedisBloom's own checks let through 32-bit
     hashing, a zero growth, and any byte count): the first chunk must be what the dump's header
-    describes, and every sub-filter sized as RedisBloom sizes it."""
+    describes, every sub-filter sized and hashed as RedisBloom's ``bloom_init`` does."""
     try:
         items, options, growth, subs = parse_scandump_header(blob)
     except ValueError as exc:
         raise DumpCorrupt("%s: the filter's header chunk is corrupt (%s)", name, str(exc)) from None
     problems = []
-    if not options & 1:  # BLOOM_OPT_FORCE64: every filter RedisBloom creates hashes with 64 bits
+    if not options & OPT_FORCE64:  # every filter RedisBloom creates hashes with 64 bits
         problems.append("32-bit hashing")
+    if options & ~(OPT_NOROUND | OPT_FORCE64 | OPT_NO_SCALING):
+        problems.append(f"options {options:#x}")
     if not options & OPT_NO_SCALING and growth < 1:
         problems.append(f"growth {growth}")
-    if len(subs) != member["filters"] or items != member["items"]:
+    if len(subs) != member["filters"] or items < member["items"]:
         problems.append(
             f"{len(subs)} sub-filters and {items} items, the dump's header says {member['filters']} and {member['items']}"
         )
     for sub in subs:
-        bpe = -math.log(sub.error_rate) / math.log(2) ** 2 if 0 < sub.error_rate < 1 else -1
-        bits = math.ceil(int(sub.capacity * bpe) / 64) * 64 if bpe > 0 else -1
-        if sub.bits != bits or sub.bytes * 8 != sub.bits:
+        if not 0 < sub.error_rate < 1 or sub.capacity < 1:
+            problems.append(f"sub-filter {sub.index}: capacity {sub.capacity}, error {sub.error_rate!r}")
+            break
+        sized = SubFilter.sized(sub.index, sub.capacity, sub.error_rate)
+        if options & OPT_NOROUND:
+            bits_ok = sub.bits == sized.bits
+        else:  # rounded up to a power of two (older filters): the bits RedisBloom's entries came from
+            bits_ok = sub.bits >= 64 and sub.bits & (sub.bits - 1) == 0
+        if not bits_ok or sub.hashes != sized.hashes or sub.bytes * 8 != sub.bits:
             problems.append(
-                f"sub-filter {sub.index} has {sub.bits} bits for capacity {sub.capacity}, error {sub.error_rate:g}"
+                f"sub-filter {sub.index} has {sub.bits} bits and {sub.hashes} hashes for capacity {sub.capacity}, "
+                f"error {sub.error_rate:g}"
             )
             break
     if 32 + 64 * len(subs) + sum(sub.bytes for sub in subs) != member["size_bytes"]:
@@ -317,13 +376,13 @@ def check_redisbloom_header(blob: bytes, member: dict[str, Any], name: str) -> N
         raise DumpCorrupt("%s: the filter's header chunk is inconsistent: %s", name, "; ".join(problems))
 
 
-def _pieces(chunk: Chunk, *, first: bool) -> Iterator[tuple[int, bytes]]:
+def _pieces(chunk: Chunk) -> Iterator[tuple[int, bytes]]:
     """A SCANDUMP data chunk (up to 16 MiB: 7-10 ms of BF.LOADCHUNK on the server) as LOADCHUNK
     pieces of at most LOADCHUNK_PIECE bytes. A data chunk's iterator is its end position plus one
     (RedisBloom's SBChain_LoadEncodedChunk takes the position as iterator minus length), so a piece
-    ending ``b`` bytes into the chunk carries ``iterator - length + b``. The header chunk stays whole."""
+    ending ``b`` bytes into the chunk carries ``iterator - length + b``."""
     data, length = chunk.data, len(chunk.data)
-    if first or length <= LOADCHUNK_PIECE:
+    if length <= LOADCHUNK_PIECE:
         yield chunk.cursor, data
         return
     start = chunk.cursor - length
@@ -342,7 +401,7 @@ class StreamedSet:
         self.connection = self.pool.get_connection()
         self.size, self.sent = size, 0
         try:
-            head = b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, size)
+            head = b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, size)
             self.connection.send_packed_command([head])
         except BaseException:
             self.abort()
@@ -361,7 +420,10 @@ class StreamedSet:
             self.abort()
             raise DumpCorrupt("the dump holds %s bytes of a bitmap filter of %s", f"{self.sent:,}", f"{self.size:,}")
         try:
-            self.connection.send_packed_command([b"\r\n"], check_health=False)
+            ttl = str(SCRATCH_TTL_MS).encode()  # SET ... PX: the scratch key is never without its TTL
+            self.connection.send_packed_command(
+                [b"\r\n$2\r\nPX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)], check_health=False
+            )
             self.connection.read_response()
         except BaseException:
             self.abort()
@@ -394,8 +456,14 @@ class _Writer:
             if not self.started:
                 check_redisbloom_header(chunk.data, self.member, self.name)
             try:
-                for cursor, piece in _pieces(chunk, first=not self.started):
-                    self.client.execute_command("BF.LOADCHUNK", self.scratch, cursor, piece)
+                if not self.started:  # the header creates the key: with its TTL, in one MULTI
+                    pipe = self.client.pipeline(transaction=True)
+                    pipe.execute_command("BF.LOADCHUNK", self.scratch, chunk.cursor, chunk.data)
+                    pipe.pexpire(self.scratch, SCRATCH_TTL_MS)
+                    pipe.execute()
+                else:
+                    for cursor, piece in _pieces(chunk):
+                        self.client.execute_command("BF.LOADCHUNK", self.scratch, cursor, piece)
             except redis.exceptions.ResponseError as exc:
                 if is_out_of_memory(exc):
                     raise
@@ -407,8 +475,6 @@ class _Writer:
                 ) from None
         else:
             self._write_slice(chunk)
-        if not self.started and self.backend.name == "redisbloom":
-            self.client.pexpire(self.scratch, SCRATCH_TTL_MS)  # type: ignore[attr-defined]
         self.started = True
 
     def _write_slice(self, chunk: Chunk) -> None:
@@ -434,11 +500,10 @@ class _Writer:
         self.offset += len(chunk.data)
 
     def finish(self) -> None:
-        """The end of a streamed bitmap value: the server stores it now (then its TTL, as a scratch key)."""
+        """The end of a streamed bitmap value: the server stores it now, with its TTL."""
         if self.streamed is not None:
             streamed, self.streamed = self.streamed, None
             streamed.finish()
-            self.client.pexpire(self.scratch, SCRATCH_TTL_MS)  # type: ignore[attr-defined]
 
     def abort(self) -> None:
         if self.streamed is not None:
@@ -446,7 +511,8 @@ class _Writer:
             streamed.abort()
 
     def check(self) -> None:
-        """The loaded scratch key is the filter the dump's header describes."""
+        """The loaded scratch key is the filter the dump's header describes (its size and layout; at
+        least its items)."""
         if not self.started:
             raise DumpCorrupt("%s: the dump holds no chunks for it", self.name)
         member = self.member
@@ -461,9 +527,12 @@ class _Writer:
                     member["size_bytes"],
                 )
         state = self.backend.info(self.client, self.scratch, with_header=False)
-        if (state.items, state.size_bytes, state.filters) != (member["items"], member["size_bytes"], member["filters"]):
+        # the items may have grown while the member was dumped (its chunks then hold them too)
+        if (state.size_bytes, state.filters) != (member["size_bytes"], member["filters"]) or state.items < member[
+            "items"
+        ]:
             raise VerifyFailed(
-                "%s: the restored filter has %s items in %s bytes, the dump says %s items in %s bytes",
+                "%s: the restored filter has %s items in %s bytes, the dump says %s items (or more) in %s bytes",
                 self.name,
                 f"{state.items:,}",
                 f"{state.size_bytes:,}",
@@ -498,30 +567,15 @@ def restore(
     family = KeyFamily.of(raw)
     check_family(client, family)
     backend = check_target(client, server, raw, header)
-    the_plan = _plan_of(header)
     if swap and not allow_recipe_change and RECIPE in header["metadata"]:
         check_recipe(read_metadata(client, family.meta), {RECIPE: header["metadata"][RECIPE]})
     report = RestoreReport(
         to_display(raw), backend.name, int(header["items"]), header["shards"], source=header.get("source", {})
     )
     with FilterLock(client, family.active, command="bloomctl restore", wait=lock_wait) as lock:
-        manifest, fresh = _targets(client, raw, header, backend, the_plan)
+        manifest, fresh = _targets(client, raw, header, backend)
         families = [KeyFamily.of(member) for member in manifest.members] if manifest else [family]
-        for member in families:
-            check_family(client, member)
-        sizes = [(member.standby, int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)]
-        if not force:
-            check_memory(client, sizes, kept=[member.old for member in families])
-        generation = new_generation()
-        meta = {**metadata_for(the_plan, backend.name), "state": LOADING, "generation": generation}
-        meta.update({name: value for name, value in header["metadata"].items() if name == RECIPE})
-        meta["restored_from"] = str(header.get("source", {}).get("server", "?"))
-        writers = []
-        for member, described in zip(families, header["members"], strict=True):
-            _clear_scratch(client, member)
-            client.hset(member.companion("restore:meta"), mapping=meta)
-            client.pexpire(member.companion("restore:meta"), SCRATCH_TTL_MS)  # type: ignore[attr-defined]
-            writers.append(_Writer(client, backend, member, described, to_display(member.active)))
+        writers, generation = _prepare(client, backend, header, families, force)
         _load(client, lock, writers, families, chunks, generation, report)
         report.standbys = [to_display(member.standby) for member in families]
         log(
@@ -549,6 +603,33 @@ def restore(
     return report
 
 
+def _prepare(
+    client: RedisClient, backend: Backend, header: dict[str, Any], families: list[KeyFamily], force: bool
+) -> tuple[list[_Writer], str]:
+    """Under the lock: the members' companions checked, a killed restore's leftovers removed, memory
+    checked, and each member's scratch metadata written (state ``loading``, with its TTL, in one
+    MULTI). Returns the writers and this run's generation."""
+    for member in families:
+        check_family(client, member)
+        _clear_scratch(client, member)
+    sizes = [(member.standby, int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)]
+    if not force:
+        check_memory(client, sizes, kept=[member.old for member in families])
+    generation = new_generation()
+    writers = []
+    for member, described in zip(families, header["members"], strict=True):
+        per_member = plan(described["capacity"], float(header["error_rate"]), header["expansion"])
+        meta = {**metadata_for(per_member, backend.name), "state": LOADING, "generation": generation}
+        meta.update({name: value for name, value in header["metadata"].items() if name in KEPT_META})
+        meta["restored_from"] = str(header.get("source", {}).get("server", "?"))[:200]
+        pipe = client.pipeline(transaction=True)
+        pipe.hset(member.companion("restore:meta"), mapping=meta)
+        pipe.pexpire(member.companion("restore:meta"), SCRATCH_TTL_MS)
+        pipe.execute()
+        writers.append(_Writer(client, backend, member, described, to_display(member.active)))
+    return writers, generation
+
+
 def _load(
     client: RedisClient,
     lock: FilterLock,
@@ -574,9 +655,12 @@ def _load(
         lock.check_writing()
         finish = client.register_script(FINISH_LUA)
         for writer, member in zip(writers, families, strict=True):
-            keys = [writer.scratch, writer.scratch_meta, member.standby, member.standby_meta]
-            done = int(finish(keys=keys, args=[generation, LOADED]))
+            own_lock = member.lock == lock.lock_key  # a shard member's lock key is its own, not the held one
+            keys = [writer.scratch, writer.scratch_meta, member.standby, member.standby_meta, member.lock]
+            done = int(finish(keys=keys, args=[generation, LOADED, lock.token if own_lock else ""]))
             report.replaced_standby |= done == 2
+            if done == -2:
+                raise StateConflict("lost the lock on %r (it expired): nothing swapped", to_display(member.active))
             if done < 1:
                 raise StateConflict("the standby %r was replaced by another run", to_display(member.standby))
     except BaseException as exc:
@@ -589,8 +673,16 @@ def _load(
                     keys=[writer.scratch, writer.scratch_meta, member.standby, member.standby_meta], args=[generation]
                 )
         if isinstance(exc, Exception) and is_out_of_memory(exc):
-            raise out_of_memory(exc, families[0].standby) from None
+            raise OutOfMemory(
+                "the server is out of memory (%s): the restore's scratch keys were removed; the standby and the active "
+                "filter are untouched (free memory or raise maxmemory, then run again)",
+                str(exc).splitlines()[0][:120],
+            ) from None
         raise
+
+
+def _BACKENDS() -> list[Backend]:
+    return [backends.get(name) for name in backends.names()]
 
 
 def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
@@ -598,7 +690,8 @@ def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
     key bloomctl did not write."""
     scratch, meta = family.companion("restore"), family.companion("restore:meta")
     check_companions(client, [(meta, "metadata")])
-    if backends.key_type(client, scratch) != b"none" and not client.exists(meta):
+    kind = backends.key_type(client, scratch)
+    if kind != b"none" and not client.exists(meta) and not any(b.owns(client, scratch, kind) for b in _BACKENDS()):
         raise StateConflict(
             "%r holds data bloomctl did not write (bloomctl restores into it): move that key away first",
             to_display(scratch),
@@ -606,18 +699,40 @@ def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
     client.unlink(scratch, meta)
 
 
-def _targets(
-    client: RedisClient, key: bytes, header: dict[str, Any], backend: Backend, the_plan: Plan
-) -> tuple[Manifest | None, bool]:
-    """The manifest of a sharded restore (the target's own, else a new one for this server's
-    masters, written once the members' standbys exist), and whether it is new."""
+def _targets(client: RedisClient, key: bytes, header: dict[str, Any], backend: Backend) -> tuple[Manifest | None, bool]:
+    """The manifest of a sharded restore: the target's own (its per-shard parameters must be the
+    dump's), else a new one for this server's masters, written once the members' standbys exist,
+    whose member names must be free. Returns it and whether it is new."""
     if not header["shards"]:
         return None, False
+    first = header["members"][0]
     existing = read_manifest(client, key)
     if existing is not None:
+        if (existing.capacity, existing.error_rate, existing.expansion) != (
+            first["capacity"],
+            float(header["error_rate"]),
+            header["expansion"],
+        ):
+            raise StateConflict(
+                "%r is sharded with capacity %s per shard, error rate %s, expansion %s; the dump's shards have %s, "
+                "%s, %s: restore into another key, or rebuild from the source",
+                to_display(key),
+                f"{existing.capacity:,}",
+                existing.error_rate,
+                existing.expansion,
+                f"{first['capacity']:,}",
+                header["error_rate"],
+                header["expansion"],
+            )
         return existing, False
-    per_shard = plan(int(header["members"][0]["capacity"]), float(header["error_rate"]), header["expansion"])
-    return new_manifest(client, key, int(header["shards"]), per_shard, backend), True
+    per_shard = plan(int(first["capacity"]), float(header["error_rate"]), header["expansion"])
+    manifest = new_manifest(client, key, int(header["shards"]), per_shard, backend)
+    taken = [m for m in manifest.members if backends.key_type(client, m) != b"none"]
+    if taken:
+        raise StateConflict(
+            "the shard key %r exists already: move it away, or restore into another key", to_display(taken[0])
+        )
+    return manifest, True
 
 
 def copy(

@@ -36,7 +36,7 @@ OTHER_LINE_ENV = "BLOOMCTL_TEST_REDISBLOOM_OTHER"  # "/path/to/redis-server:/pat
 def fill(target, key: str, n: int = 3000, capacity: int = 1000) -> None:
     """A filter with more items than its capacity: RedisBloom grows a second sub-filter."""
     if target.backend.name == "bitmap":
-        capacity = n * 2
+        capacity = max(n * 2, capacity)
     target.reserve(key, capacity)
     target.add(key, ITEMS[:n])
 
@@ -256,12 +256,39 @@ def test_bitmap_moves_between_products(plain, valkey9, cli, tmp_path):
 # --- RedisBloom: headers LOADCHUNK would take, other lines -------------------------------------
 
 
-@pytest.mark.redisbloom
-def test_a_forged_redisbloom_header_is_refused_before_loadchunk(bloom, cli):
-    """RedisBloom's LOADCHUNK accepts a header that switches to 32-bit hashing (every item would then
-    miss): bloomctl checks the header chunk itself."""
+def _rewritten(dump, chunks=None, **changes) -> bytes:
+    """A dump file of ``dump`` (from read_filter) with its header changed and its chunks replaced."""
     import io
     import json
+
+    from bloomctl import dumpfile
+
+    header = json.loads(json.dumps(dump.header))
+    for name, value in changes.items():
+        if value is _DROP:
+            header.pop(name, None)
+        else:
+            header[name] = value
+    out = io.BytesIO()
+    dumpfile.write(out, header, iter(chunks if chunks is not None else list(dump.chunks)))
+    return out.getvalue()
+
+
+_DROP = object()
+
+
+@pytest.mark.redisbloom
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda options: options & ~4, "32-bit hashing"),  # FORCE64 cleared: 32-bit hashes, every item missing
+        (lambda options: options | 2, "options"),  # ENTS_IS_BITS
+        (lambda options: options & ~1, "bits"),  # NOROUND cleared: RedisBloom would expect power-of-two bits
+    ],
+)
+def test_a_forged_redisbloom_header_is_refused_before_loadchunk(bloom, cli, change, expected):
+    """RedisBloom's LOADCHUNK accepts headers that make every item miss: bloomctl checks the
+    header chunk itself (FORCE64 is bit 4, NOROUND bit 1 in bloom.h)."""
     import struct
 
     from bloomctl import dumpfile
@@ -273,13 +300,31 @@ def test_a_forged_redisbloom_header_is_refused_before_loadchunk(bloom, cli):
     dump = read_filter(client, detect(client), "users")
     chunks = list(dump.chunks)
     header = bytearray(chunks[0].data)
-    struct.pack_into("<I", header, 12, struct.unpack_from("<I", header, 12)[0] & ~1)  # options: no FORCE64
+    options = struct.unpack_from("<I", header, 12)[0]
+    assert options & 4 and options & 1  # what RedisBloom writes
+    struct.pack_into("<I", header, 12, change(options))
     chunks[0] = dumpfile.Chunk(0, chunks[0].cursor, bytes(header))
-    out = io.BytesIO()
-    dumpfile.write(out, json.loads(json.dumps(dump.header)), iter(chunks))
-    result = cli("restore", "copy", "--swap", input=out.getvalue(), url=bloom.url)
-    assert result.exit_code == 8 and "32-bit hashing" in result.stderr, result.stderr
-    assert client.exists("copy", "{copy}:standby", "{copy}:restore") == 0
+    result = cli("restore", "copy", "--swap", input=_rewritten(dump, chunks), url=bloom.url)
+    assert result.exit_code == 8 and expected in result.stderr, result.stderr
+    assert client.exists("copy", "{copy}:standby", "{copy}:restore", "{copy}:restore:meta") == 0
+
+
+@pytest.mark.redisbloom
+@pytest.mark.parametrize(
+    "args",
+    [(0.0005, 3_784_323, "NONSCALING"), (0.9, 1, "NONSCALING"), (0.3, 77, "EXPANSION", 3), (0.01, 5, "EXPANSION", 7)],
+)
+def test_odd_redisbloom_filters_restore(bloom, cli, args):
+    """Sizes at RedisBloom's edges (a bits count computed with its truncated ln(2)^2, one item at 0.9)."""
+    from bloomctl.backends import get
+
+    rb = get("redisbloom")
+    client = bloom.client()
+    client.execute_command("BF.RESERVE", "odd", *args)
+    rb.madd(client, b"odd", ITEMS[:40])
+    result = cli("restore", "copy", "--swap", input=cli("dump", "odd", url=bloom.url).stdout_bytes, url=bloom.url)
+    assert result.exit_code == 0, result.stderr
+    assert _raw(client, rb, b"copy") == _raw(client, rb, b"odd")
 
 
 @pytest.mark.redisbloom
@@ -428,7 +473,6 @@ def test_copy_never_prints_the_targets_password(plain, cli, workdir):
 
 def test_dump_refuses_a_terminal_and_restore_an_empty_stdin(plain, cli, monkeypatch):
     import bloomctl.cli.transfer as transfer_cli
-
     from bloomctl.backends import get
     from bloomctl.connection import connect, settings_from
 
@@ -466,3 +510,171 @@ def test_big_redisbloom_chunks_load_in_pieces(bloom, cli):
     assert result.exit_code == 0, result.stderr
     assert _raw(client, rb, b"copy") == _raw(client, rb, b"big")
     assert all(rb.mexists(client, b"copy", items))
+
+
+def test_a_dump_of_a_filter_being_written_restores(target):
+    """Adds while the dump runs: the header counts the items before, the chunks hold at least
+    those; the restore accepts it and finds every item added before the dump began."""
+    import threading
+
+    fill(target, "users", n=2000, capacity=200_000)  # a bitmap of 240 kB; RedisBloom without growth
+    stop = threading.Event()
+
+    def writer():
+        i = 0
+        while not stop.is_set():
+            target.backend.madd(target.client, b"users", [f"live:{i}:{j}" for j in range(20)])
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        dumps = [dump_bytes(target, "users") for _ in range(3)]
+    finally:
+        stop.set()
+        thread.join()
+    for n, data in enumerate(dumps):
+        result = restore(target, f"copy{n}", data, "--swap")
+        assert result.exit_code == 0, result.stderr
+        assert all(target.backend.mexists(target.client, f"copy{n}".encode(), ITEMS[:2000]))
+
+
+def test_a_swap_during_a_dump_fails_the_dump(target):
+    """A swap (another filter with the same parameters) between two reads of a dump must not give a
+    file whose header is one filter's and whose bits are another's."""
+    from bloomctl import lifecycle
+    from bloomctl.errors import StateConflict
+    from bloomctl.transfer import read_filter
+
+    fill(target, "users", n=500, capacity=2000)
+    standby = KeyFamily.of("users").standby
+    target.reserve(standby, 2000 if target.backend.name == "redisbloom" else 1000)
+    target.add(standby, [f"other:{i}" for i in range(500)])
+    server = detect(target.client)
+    dump = read_filter(target.client, server, "users")
+    chunks = dump.chunks
+    next(chunks)
+    lifecycle.swap(target.client, server, "users", allow_shrink=True)
+    with pytest.raises(StateConflict, match="changed while it was being dumped"):
+        list(chunks)
+
+
+@pytest.mark.parametrize(
+    ("change", "value"),
+    [
+        ("metadata", _DROP),
+        ("metadata", ["x"]),
+        ("expansion", "two"),
+        ("items", _DROP),
+        ("source", "somewhere"),
+        ("shards", True),
+        ("members", [{"capacity": 10}]),
+        ("error_rate", 1.5),
+        ("backend", "cuckoo"),
+    ],
+)
+def test_a_malformed_header_is_one_line_and_exit_8(plain, cli, change, value):
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.transfer import read_filter
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    data = _rewritten(read_filter(client, detect(client), "users"), **{change: value})
+    result = cli("restore", "copy", input=data, url=plain.url)
+    assert result.exit_code == 8 and result.stderr.count("\n") == 1 and "header" in result.stderr, result.stderr
+    assert client.exists("copy", "{copy}:standby", "{copy}:restore", "{copy}:restore:meta") == 0
+
+
+def test_dump_to_a_path_that_cannot_be_written(plain, cli, tmp_path):
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    for path in (tmp_path / "no" / "such" / "dir.bfdump", tmp_path):
+        result = cli("dump", "users", "-o", str(path), "--overwrite", url=plain.url)
+        assert result.exit_code == 2 and "cannot write" in result.stderr and result.stderr.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sharded_metadata_and_manifest_guards(cluster, cli, tmp_path):
+    """A sharded restore records each member's own plan (capacity per shard); into an existing
+    sharded filter of other parameters, or over member keys that exist, it refuses (exit 5)."""
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.manifest import read_manifest
+    from bloomctl.metadata import read_metadata
+
+    client = connect(settings_from(cluster.url))
+    rows = write_csv(tmp_path / "u.csv", 1000)
+    built = cli("rebuild", "sh", "--from-csv", rows, "-c", "4000", "-e", "1%", "--shards", "4", "--swap",
+                "--backend", "bitmap", "--nonscaling", url=cluster.url)  # fmt: skip
+    assert built.exit_code == 0, built.stderr
+    data = cli("dump", "sh", url=cluster.url).stdout_bytes
+    assert cli("restore", "sh2", "--swap", input=data, url=cluster.url).exit_code == 0
+    for old, new in zip(read_manifest(client, b"sh").members, read_manifest(client, b"sh2").members, strict=True):
+        assert (
+            read_metadata(client, KeyFamily.of(new).meta)["capacity"]
+            == read_metadata(client, KeyFamily.of(old).meta)["capacity"]
+            == "1000"
+        )
+    other = cli("rebuild", "sh3", "--from-csv", rows, "-c", "8000", "-e", "1%", "--shards", "4", "--swap",
+                "--backend", "bitmap", "--nonscaling", url=cluster.url)  # fmt: skip
+    assert other.exit_code == 0, other.stderr
+    refused = cli("restore", "sh3", "--swap", input=data, url=cluster.url)
+    assert refused.exit_code == 5 and "capacity 2,000 per shard" in refused.stderr, refused.stderr
+    members = read_manifest(client, b"sh").members
+    squatter = members[0].replace(b":sh:", b":sh4:")
+    client.set(squatter, b"someone else's")
+    taken = cli("restore", "sh4", "--swap", input=data, url=cluster.url)
+    assert taken.exit_code == 5 and "exists already" in taken.stderr, taken.stderr
+    assert client.get(squatter) == b"someone else's" and read_manifest(client, b"sh4") is None
+
+
+def test_copy_names_the_target_when_the_target_refuses(plain, cli, workdir):
+    """An ACL user on the target without PEXPIRE: the error names the target's URL and its
+    password's variable, and the MULTI leaves no scratch metadata without a TTL."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    target = RedisServer(workdir)
+    try:
+        target.client().execute_command("ACL", "SETUSER", "narrow", "on", ">pw", "~*", "+@all", "-pexpire")
+        url = f"redis://narrow:pw@127.0.0.1:{target.port}/0"
+        result = cli("copy", "users", "--to", url, url=plain.url)
+        assert (
+            result.exit_code == 3
+            and f"127.0.0.1:{target.port}" in result.stderr
+            and str(plain.port) not in result.stderr
+        ), result.stderr
+        assert "pw@" not in result.stderr
+        assert target.client().keys("*") == []
+        wrong = cli("copy", "users", "--to", f"redis://narrow:bad@127.0.0.1:{target.port}/0", url=plain.url)
+        assert (
+            wrong.exit_code == 3 and "BLOOMCTL_TO_PASSWORD" in wrong.stderr and "--to-password-file" in wrong.stderr
+        ), wrong.stderr
+    finally:
+        target.stop()
+
+
+def test_a_killed_restores_leftover_filter_is_replaced(plain, cli):
+    """A scratch key holding a bloomctl filter whose metadata expired first is a leftover, not
+    someone else's data; anything else there is refused."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    data = cli("dump", "users", url=plain.url).stdout_bytes
+    scratch = KeyFamily.of("live").companion("restore")
+    client.copy("users", scratch)
+    assert cli("restore", "live", "--swap", input=data, url=plain.url).exit_code == 0
+    client.set(KeyFamily.of("other").companion("restore"), b"notes")
+    refused = cli("restore", "other", input=data, url=plain.url)
+    assert refused.exit_code == 5 and "did not write" in refused.stderr

@@ -18,6 +18,8 @@ from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageE
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan, for_line
 
+OPT_NOROUND = 1  # bloom.h BLOOM_OPT_NOROUND: bits as computed, not rounded up to a power of two
+OPT_FORCE64 = 4  # BLOOM_OPT_FORCE64: 64-bit hashing (every filter RedisBloom creates)
 OPT_NO_SCALING = 8
 
 _HEADER = struct.Struct("<QIII")  # items, nfilters, options, growth

@@ -64,15 +64,20 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
 
     if output == "-" and stdout_is_tty():
         raise UsageError("the dump is binary: give `--output FILE`, or redirect stdout to a file or a pipe")
+    target = Path(output)
+    if output != "-" and target.exists() and not overwrite:
+        raise UsageError("%s exists: pass --overwrite to replace it", output)
     dump = transfer.read_filter(app.client, app.server, key)
     if output == "-":
         stream = sys.stdout.buffer
-        chunks, size = dumpfile.write(stream, dump.header, dump.chunks)
-        stream.flush()
+        try:
+            chunks, size = dumpfile.write(stream, dump.header, dump.chunks)
+            stream.flush()
+        except BrokenPipeError:
+            raise UsageError(
+                "stdout was closed before the dump was complete (a broken pipe): it is incomplete"
+            ) from None
     else:
-        target = Path(output)
-        if target.exists() and not overwrite:
-            raise UsageError("%s exists: pass --overwrite to replace it", output)
         partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
         try:
             with open(partial, "wb") as out:
@@ -80,6 +85,10 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, target)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise UsageError("cannot write %s: %s", output, exc.strerror or str(exc)) from None
         except BaseException:
             with contextlib.suppress(OSError):
                 partial.unlink()
@@ -217,7 +226,7 @@ def copy_command(
       bloomctl copy users --to redis://127.0.0.1:6380 --to-key 'bf:{users}'
     """
     from bloomctl import transfer
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.connection import connect, connection_error, settings_from
     from bloomctl.defaults import PASSWORD_ENV
     from bloomctl.server import detect
 
@@ -228,16 +237,16 @@ def copy_command(
         connect_timeout=app.settings.connect_timeout,
         timeout=app.settings.timeout,
     )
-    source, source_server = app.client, app.server  # the source first: its errors name the source
-    target = connect(settings)
+    dump = transfer.read_filter(app.client, app.server, key)  # the source first: its errors name the source
+    target = None
     try:
-        report = transfer.copy(
-            source,
-            source_server,
-            key,
+        target = connect(settings, password_env=TO_PASSWORD_ENV, password_option="to_password_file")
+        report = transfer.restore(
             target,
             detect(target),
             to_key or key,
+            dump.header,
+            _source_errors(dump.chunks, app.settings),
             swap=swap,
             keep_old_seconds=keep_old,
             min_ratio=min_ratio,
@@ -247,9 +256,28 @@ def copy_command(
             lock_wait=lock_wait,
             events=_log,
         )
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "redis":
+            raise
+        raise connection_error(
+            exc, settings, password_env=TO_PASSWORD_ENV, password_option="to_password_file"
+        ) from None
     finally:
-        target.close()
+        if target is not None:
+            target.close()
     _show(report, output_format, to=settings.redacted_url)
+
+
+def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
+    """The source's chunks; a redis error while reading them names the source, not the target."""
+    from bloomctl.connection import connection_error
+
+    try:
+        yield from chunks
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] != "redis":
+            raise
+        raise connection_error(exc, settings) from None
 
 
 def _show(report: Any, output_format: str, to: str | None = None) -> None:
