@@ -272,7 +272,7 @@ def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: 
     ctx.call_on_close(app.close)
 
 
-from bloomctl.cli import cutover, fill, filters, functions, plan, rebuild  # noqa: E402  (commands register on `main`)
+from bloomctl.cli import cutover, doctor, fill, filters, functions, plan, rebuild  # noqa: E402  (commands register on `main`)
 
 main.add_command(plan.plan_command)
 main.add_command(filters.reserve_command)
@@ -282,3 +282,4 @@ main.add_command(cutover.swap_command)
 main.add_command(cutover.rollback_command)
 main.add_command(rebuild.rebuild_command)
 main.add_command(functions.functions_group)
+main.add_command(doctor.doctor_command)
