@@ -263,7 +263,7 @@ def command_table_markdown() -> str:
     """The table of docs/doctor.md (a test keeps the two equal)."""
     lines = ["| bloomctl command | Redis commands it sends |", "| --- | --- |"]
     for group, names in command_table():
-        lines.append(f"| `{group}` | {', '.join(f'`{n.upper()}`' for n in names) or 'none: it needs no server'} |")
+        lines.append(f"| `{group}` | {', '.join(f'`{shown(n)}`' for n in names) or 'none: it needs no server'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -327,8 +327,20 @@ def _denied(exc: Exception) -> bool:
     return isinstance(exc, NoPermissionError) or "NOPERM" in str(exc)[:10]
 
 
+def shown(name: str) -> str:
+    """An ACL name as a person reads it: ``SCRIPT LOAD`` for ``script|load``."""
+    return name.upper().replace("|", " ")
+
+
+_REFUSED = re.compile(r"run the '([^']+)' command")
+
+
 def _not_allowed(check: str, what: str, command: str, exc: Exception) -> Finding:
-    """The warning of a check the user may not run: which permission is missing."""
+    """The warning of a check the user may not run: which permission is missing (the command the
+    server names, which may be another than the check's first: a library call made on the way)."""
+    refused = _REFUSED.search(_text(exc))
+    if refused and refused.group(1).lower() != acl_name(command):
+        command = shown(refused.group(1))
     return Finding(
         check,
         WARNING,
@@ -1196,7 +1208,7 @@ def check_access(
     other_user: bool,
 ) -> tuple[dict[str, Any], list[Finding]]:
     checker = _Checker(doctor.client, user, other_user)
-    shown = user or "the connected user"
+    who = user or "the connected user"
     acl: dict[str, Any] = {
         "user": user,
         "method": checker.method,
@@ -1210,7 +1222,7 @@ def check_access(
             Finding(
                 "acl",
                 WARNING,
-                f"could not check what {shown} may run ({checker.reason})",
+                f"could not check what {who} may run ({checker.reason})",
                 {"reason": checker.reason},
                 "run doctor as an admin with --acl-user NAME (ACL DRYRUN, Redis 7+)",
             )
@@ -1229,12 +1241,12 @@ def check_access(
     how = "ACL DRYRUN" if checker.method == "dryrun" else "each command queued in a discarded MULTI"
     refused_groups = [g for g in acl["groups"] if g["allowed"] is False]
     for entry in refused_groups:
-        names = sorted({d["command"].upper() for d in entry["denied"]})
+        names = sorted({shown(d["command"]) for d in entry["denied"]})
         findings.append(
             Finding(
                 "acl",
                 WARNING,
-                f"{shown} cannot run `bloomctl {entry['command']}`: no permission for {', '.join(names)}",
+                f"{who} cannot run `bloomctl {entry['command']}`: no permission for {', '.join(names)}",
                 {"command": entry["command"], "denied": entry["denied"]},
                 "grant what is missing, or use the operator line below",
             )
@@ -1244,7 +1256,7 @@ def check_access(
             Finding(
                 "acl",
                 OK,
-                f"{shown} may run every bloomctl command on {to_display(family.active)!r} (checked with {how})",
+                f"{who} may run every bloomctl command on {to_display(family.active)!r} (checked with {how})",
                 {"method": checker.method},
             )
         )
@@ -1253,7 +1265,7 @@ def check_access(
             Finding(
                 "acl",
                 INFO,
-                f"{shown} may run: {', '.join(g['command'] for g in acl['groups'] if g['allowed']) or 'none of these'} "
+                f"{who} may run: {', '.join(g['command'] for g in acl['groups'] if g['allowed']) or 'none of these'} "
                 f"(on {to_display(family.active)!r}, checked with {how})",
                 {"method": checker.method},
             )

@@ -67,6 +67,8 @@ def doctor_command(app: AppContext, keys: tuple[str, ...], acl_user: str | None,
 
 
 def render_text(report: Report, url: str) -> None:
+    from bloomctl.doctor import shown
+
     click.echo(f"bloomctl doctor: {report.server['description']} at {url}")
     for check, title in SECTIONS:
         findings = [f for f in report.findings if f.check == check]
@@ -82,14 +84,15 @@ def render_text(report: Report, url: str) -> None:
         click.echo(f"\nWhat {acl['user'] or 'the connected user'} may run (on {acl['sample_key']!r}):")
         width = max(len(g["command"]) for g in acl["groups"])
         for group in acl["groups"]:
-            missing = ", ".join(sorted({d["command"].upper() for d in group["denied"]}))
+            missing = ", ".join(sorted({shown(d["command"]) for d in group["denied"]}))
             verdict = "yes" if group["allowed"] else f"no: needs {missing}"
             if not group["needed"]:
                 verdict = "not needed here (no bitmap filter)"
             click.echo(f"  {group['command']:<{width}}  {verdict}")
-    click.echo(f"\nLeast-privilege users ({acl['password_note']}):")
+    click.echo("\nLeast-privilege users (no password is shown):")
     click.echo(f"  operator (every bloomctl command):\n    {acl['setuser']['operator']}")
     click.echo(f"  application (lookups and dual writes only):\n    {acl['setuser']['application']}")
+    click.echo(f"  password: {acl['password_note']}")
     errors, warnings = report.errors, report.warnings
     verdict = "fit for Bloom filters" if report.ok else "NOT fit for Bloom filters"
     click.echo(f"\n{errors} error(s), {warnings} warning(s): {verdict}")
