@@ -1352,8 +1352,17 @@ def diagnose(
     from bloomctl.backends.bitmap import SCRIPT
     from bloomctl.server import detect
 
-    server = server or detect(client)
+    refused: Exception | None = None
+    if server is None:
+        try:
+            server = detect(client)
+        except Exception as exc:  # a user denied COMMAND INFO and BF.INFO: what is known, and a warning
+            if not (_response_error(exc) and _denied(exc)):
+                raise
+            server, refused = ServerInfo("redis", "?", "none", None, frozenset(), is_cluster(client)), exc
     doctor = _Doctor(client, server)
+    if refused is not None:
+        doctor.add(_not_allowed("bloom", "which BF.* commands exist", "COMMAND INFO", refused))
     server_data = doctor.check_server()
     doctor.check_bloom()
     filters, scan = doctor.find_filters(keys)

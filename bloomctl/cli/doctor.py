@@ -57,7 +57,7 @@ def doctor_command(app: AppContext, keys: tuple[str, ...], acl_user: str | None,
     from bloomctl.doctor import COMMANDS, diagnose
 
     groups = [group for group in COMMANDS if group in main.commands and group != "plan"]
-    report = diagnose(app.client, list(keys), server=app.server, acl_user=acl_user, groups=groups)
+    report = diagnose(app.client, list(keys), acl_user=acl_user, groups=groups)  # (it detects the server itself)
     if output_format == "json":
         emit_json({"url": app.settings.redacted_url, **report.as_dict()})
     else:
