@@ -165,6 +165,9 @@ WRITE_STANDBY = (
     "PEXPIRE {probe} 600000",
     "UNLINK {probe}",
 )
+# dump, restore and copy are being added: as specified (dump reads BF.SCANDUMP/BF.INFO or the bitmap
+# string; restore writes BF.LOADCHUNK/SETRANGE into a standby and swaps). doctor checks them once the
+# command line has them, and the MONITOR test then holds them to what they really send.
 DUMP = (
     *READ,
     "bitmap:GET {key}",
