@@ -919,12 +919,17 @@ class _Doctor:
         )
 
     def check_cluster(self) -> None:
-        from bloomctl.keys import SLOTS
-
         if not self.cluster:
             return
         cluster: Any = self.client
         default = cluster.get_default_node()
+        self._cluster_state(cluster, default)
+        self._cluster_masters(cluster)
+        self._cluster_nodes(cluster, default)
+
+    def _cluster_state(self, cluster: Any, default: Any) -> None:
+        from bloomctl.keys import SLOTS
+
         try:
             info = cluster.get_redis_connection(default).execute_command("CLUSTER INFO")
             if isinstance(info, bytes | str):
@@ -977,6 +982,8 @@ class _Doctor:
                         detail,
                     )
                 )
+
+    def _cluster_masters(self, cluster: Any) -> None:
         unreachable = []
         for node in cluster.get_primaries():
             try:
@@ -997,6 +1004,8 @@ class _Doctor:
             )
         if not unreachable:
             self.add(Finding("cluster", OK, f"every master answers ({len(cluster.get_primaries())})", {}))
+
+    def _cluster_nodes(self, cluster: Any, default: Any) -> None:
         try:
             nodes = cluster.get_redis_connection(default).execute_command("CLUSTER NODES")
         except Exception as exc:

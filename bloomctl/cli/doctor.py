@@ -53,10 +53,10 @@ def doctor_command(app: AppContext, keys: tuple[str, ...], acl_user: str | None,
       bloomctl doctor users orders --format json | jq .summary
       bloomctl --url redis://admin@db:6379 doctor users --acl-user bloomctl-operator
     """
-    from bloomctl.cli import main
     from bloomctl.doctor import COMMANDS, diagnose
 
-    groups = [group for group in COMMANDS if group in main.commands and group != "plan"]
+    registered = getattr(click.get_current_context().find_root().command, "commands", {})
+    groups = [group for group in COMMANDS if group in registered and group != "plan"]
     report = diagnose(app.client, list(keys), acl_user=acl_user, groups=groups)  # (it detects the server itself)
     if output_format == "json":
         emit_json({"url": app.settings.redacted_url, **report.as_dict()})
