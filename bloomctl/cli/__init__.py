@@ -272,7 +272,7 @@ def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: 
     ctx.call_on_close(app.close)
 
 
-from bloomctl.cli import cutover, fill, filters, functions, plan, rebuild, transfer  # noqa: E402  (commands register on `main`)
+from bloomctl.cli import cutover, doctor, fill, filters, functions, plan, rebuild, transfer  # noqa: E402  (commands register on `main`)
 
 main.add_command(plan.plan_command)
 main.add_command(filters.reserve_command)
@@ -285,3 +285,4 @@ main.add_command(functions.functions_group)
 main.add_command(transfer.dump_command)
 main.add_command(transfer.restore_command)
 main.add_command(transfer.copy_command)
+main.add_command(doctor.doctor_command)

@@ -1,0 +1,454 @@
+"""`bloomctl doctor` on real servers: a healthy one, an evicting policy, no persistence, a replica cut
+off from its master, a Cluster, a restricted ACL user, and the ACL SETUSER lines it prints, created
+on the server and used for the whole lifecycle. The command table is checked against what bloomctl
+really sends (MONITOR) and against its source."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import shlex
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import redis
+
+from bloomctl.cli import main
+from bloomctl.doctor import APPLICATION, COMMANDS, DOCTOR, DOCTOR_CLUSTER, acl_name, command_table_markdown
+from bloomctl.keys import KeyFamily
+from tests.fixtures.redis import Cli
+from tests.servers import RedisServer
+
+pytestmark = pytest.mark.matrix
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "doctor-s3cr3t/pw"
+
+
+@contextlib.contextmanager
+def config(client: redis.Redis, **values: str):
+    """CONFIG SET for the block, the old values put back after it."""
+    old = {name: client.config_get(name)[name] for name in values}
+    try:
+        for name, value in values.items():
+            client.config_set(name, value)
+        yield
+    finally:
+        for name, value in old.items():
+            client.config_set(name, value)
+
+
+@contextlib.contextmanager
+def acl_user(client: redis.Redis, name: str, *rules: str):
+    client.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}", *rules)
+    try:
+        yield f"redis://{name}:{PASSWORD.replace('/', '%2F')}@127.0.0.1:{client.connection_pool.connection_kwargs['port']}/0"
+    finally:
+        client.execute_command("ACL", "DELUSER", name)
+
+
+def doctor_json(cli: Cli, *args: str, url: str | None = None) -> tuple[int, dict]:
+    result = cli("doctor", *args, "--format", "json", url=url)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.exit_code, json.loads(result.stdout)
+
+
+def levels(data: dict, check: str) -> list[str]:
+    return [f["level"] for f in data["findings"] if f["check"] == check]
+
+
+def reserve(cli: Cli, key: str = "users", url: str | None = None) -> None:
+    result = cli("reserve", key, "-c", "10000", "-e", "1%", "--nonscaling", "--format", "json", url=url)
+    assert result.exit_code == 0, result.stderr
+
+
+# --- the server's settings ------------------------------------------------------------------
+
+
+def test_a_healthy_server_exits_0_and_says_why(plain, cli_plain):
+    reserve(cli_plain)
+    with config(plain.client(), save="3600 1", maxmemory="1gb"):
+        result = cli_plain("doctor", "users", "--format", "text")
+        assert result.exit_code == 0, result.stdout + result.stderr
+        assert "ERROR" not in result.stdout
+        assert re.search(r"ok +RDB \(save 3600 1\)", result.stdout), result.stdout
+        assert re.search(r"ok +maxmemory-policy noeviction", result.stdout)
+        assert re.search(r"ok +room to rebuild the largest filter 'users'", result.stdout)
+        assert "0 error(s)" in result.stdout and "fit for Bloom filters" in result.stdout
+        code, data = doctor_json(cli_plain, "users")
+    assert code == 0 and data["summary"] == {"errors": 0, "warnings": data["summary"]["warnings"], "ok": True}
+    assert levels(data, "persistence") == ["ok"] and levels(data, "eviction") == ["ok"]
+    server = data["server"]
+    assert server["line"] in ("bitmap", "redis8", "redisbloom2") and server["product"] in ("redis", "valkey")
+    assert server["backends"]["in_use"] == [data["filters"][0]["backend"]]
+
+
+def test_no_persistence_is_a_warning_that_says_how_to_enable_it(plain, cli_plain):
+    code, data = doctor_json(cli_plain)  # the test servers run with save "" and appendonly no
+    persistence = [f for f in data["findings"] if f["check"] == "persistence"]
+    assert [f["level"] for f in persistence] == ["warning"], persistence
+    assert "lost when the server restarts" in persistence[0]["message"]
+    assert "appendonly yes" in persistence[0]["fix"]
+    assert code == 0  # a warning alone
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lfu"])
+def test_an_evicting_policy_is_an_error_naming_it(plain, cli_plain, policy):
+    reserve(cli_plain)
+    with config(plain.client(), **{"maxmemory-policy": policy, "maxmemory": "1gb"}):
+        result = cli_plain("doctor", "users")
+        assert result.exit_code == 1, result.stdout + result.stderr
+        line = next(line for line in result.stdout.splitlines() if line.startswith("  ERROR"))
+        assert f"maxmemory-policy {policy}" in line
+        assert ("filters and their standbys" in line) if policy.startswith("allkeys") else ("rollback" in line)
+        assert "maxmemory-policy noeviction" in result.stdout  # the fix
+        assert "NOT fit" in result.stdout
+        with config(plain.client(), maxmemory="0"):  # no limit: nothing is evicted yet
+            code, data = doctor_json(cli_plain, "users")
+            assert code == 0 and levels(data, "eviction") == ["warning"]
+
+
+def test_no_room_to_rebuild_the_largest_filter_is_an_error(plain, cli_plain):
+    client = plain.client()
+    cli_plain("reserve", "small", "-c", "1000", "-e", "1%", "--nonscaling")
+    result = cli_plain("reserve", "big", "-c", "2M", "-e", "1%", "--nonscaling", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    size = json.loads(result.stdout)["filter"]["size_bytes"]
+    used = client.info("memory")["used_memory"]
+    with config(client, maxmemory=str(used + size // 2)):
+        code, data = doctor_json(cli_plain)
+    memory = [f for f in data["findings"] if f["check"] == "memory"]
+    assert code == 1 and [f["level"] for f in memory] == ["error"], memory
+    assert "no room to rebuild 'big'" in memory[0]["message"] and memory[0]["detail"]["size_bytes"] == size
+    assert sorted(f["key"] for f in data["filters"]) == ["big", "small"]  # found by the bounded SCAN
+
+
+def test_a_missing_key_is_a_clear_error(plain, cli_plain):
+    reserve(cli_plain)
+    code, data = doctor_json(cli_plain, "users", "userz")
+    keys = [f for f in data["findings"] if f["check"] == "keys"]
+    assert code == 1
+    assert [(f["level"], f["detail"]["key"]) for f in keys] == [("ok", "users"), ("error", "userz")]
+    assert keys[1]["message"].startswith("filter 'userz' does not exist")
+    if data["server"]["product"] == "redis" or data["server"]["backends"]["redisbloom"]:
+        # (bloomctl/suggest.py's SCAN TYPE MBbloom-- is refused by a Valkey without valkey-bloom: no hint there)
+        assert keys[1]["message"].endswith("; did you mean 'users'?")
+
+
+def test_a_replica_cut_off_from_its_master_is_an_error(workdir, plain):
+    dead = plain.port + 1 if plain.port < 65535 else plain.port - 1
+    replica = RedisServer(workdir, extra=["--replicaof", "127.0.0.1", str(dead)])
+    try:
+        code, data = doctor_json(Cli(replica.url))
+    finally:
+        replica.stop()
+    replication = [f for f in data["findings"] if f["check"] == "replication"]
+    assert code == 1 and [f["level"] for f in replication] == ["error"], replication
+    assert f"link to its master 127.0.0.1:{dead} is down" in replication[0]["message"]
+
+
+@pytest.mark.cluster
+def test_a_cluster_covers_every_slot_and_every_master_answers(cluster):
+    cli = Cli(cluster.url)
+    reserve(cli)
+    code, data = doctor_json(cli, "users")
+    messages = [f["message"] for f in data["findings"] if f["check"] == "cluster" and f["level"] == "ok"]
+    assert code == 0, data["findings"]
+    assert "cluster_state ok, all 16,384 slots covered by 3 masters" in messages
+    assert "every master answers (3)" in messages
+    persistence = [f for f in data["findings"] if f["check"] == "persistence"]
+    assert len(persistence[0]["detail"]["nodes"]) == 3  # one verdict for the three masters
+    lines = data["acl"]["setuser"]
+    assert "+cluster|slots" in lines["operator"] and "+cluster|slots" in lines["application"]
+    for node in cluster.nodes:  # ACL users are each node's own
+        _setuser(node.client(), lines["operator"], "op-pw")
+        _setuser(node.client(), lines["application"], "app-pw")
+    try:
+        _cluster_lifecycle(cluster)
+    finally:
+        for node in cluster.nodes:
+            node.client().execute_command("ACL", "DELUSER", "bloomctl-operator", "bloomctl-app")
+
+
+def _cluster_lifecycle(cluster) -> None:
+    op = Cli(f"redis://bloomctl-operator:op-pw@127.0.0.1:{cluster.nodes[0].port}/0")
+    assert op("info", "users", "--format", "json").exit_code == 0
+    result = op("reserve", "{users}:standby", "-c", "10000", "-e", "1%", "--nonscaling")
+    assert result.exit_code == 0, result.stderr
+    result = op("swap", "users", "--yes", "--min-ratio", "0")
+    assert result.exit_code == 0 and op("rollback", "users", "--yes").exit_code == 0, result.stderr
+    from bloomctl import open_filter
+    from bloomctl.connection import connect, settings_from
+
+    url = f"redis://bloomctl-app:app-pw@127.0.0.1:{cluster.nodes[0].port}/0"
+    users = open_filter(connect(settings_from(url, cluster=True)), "users")  # (no INFO: say it is a Cluster)
+    assert users.madd(["a"], dual_write=True) == [True] and users.mexists(["a", "b"]) == [True, False]
+
+
+def test_json_is_one_stable_object(plain, cli_plain):
+    code, data = doctor_json(cli_plain)
+    assert set(data) == {"url", "server", "findings", "filters", "acl", "summary"}
+    assert {"product", "version", "line", "modules", "backends", "cluster", "scan"} <= set(data["server"])
+    for finding in data["findings"]:
+        assert set(finding) == {"check", "level", "message", "detail", "fix"}
+        assert finding["level"] in ("ok", "info", "warning", "error")
+    assert {"user", "method", "groups", "setuser", "password_note"} <= set(data["acl"])
+    groups = [g["command"] for g in data["acl"]["groups"]]
+    assert groups == [g for g in COMMANDS if g in main.commands and g != "plan"]
+    assert set(data["summary"]) == {"errors", "warnings", "ok"} and code == 0
+
+
+# --- the user's rights -----------------------------------------------------------------------
+
+
+def test_a_restricted_user_is_told_what_it_cannot_run_without_a_crash(plain, cli_plain):
+    reserve(cli_plain)
+    rules = ["~*", "&*", "+@all", "-@dangerous", "-@scripting", "+function|list"]
+    with acl_user(plain.client(), "reader", *rules) as url:
+        result = Cli(url)("doctor", "users")
+        code, data = doctor_json(Cli(url), "users")
+    assert result.exit_code == code == 0, result.stdout + result.stderr  # warnings: it may be meant to read only
+    assert "Traceback" not in result.stderr and result.stderr == "", result.stderr
+    assert "not allowed to read the persistence settings (INFO persistence)" in result.stdout
+    assert "not allowed to read maxmemory-policy (INFO memory)" in result.stdout
+    access = {g["command"]: g for g in data["acl"]["groups"]}
+    assert data["acl"]["user"] == "reader" and data["acl"]["method"] == "queued"  # no ACL DRYRUN for this user
+    assert access["swap"]["allowed"] is False and access["rebuild"]["allowed"] is False
+    assert {"evalsha", "info"} <= {d["command"] for d in access["swap"]["denied"]}
+    assert re.search(r"reader cannot run `bloomctl swap`: no permission for .*EVALSHA", result.stdout)
+    assert re.search(r"^  swap +no: needs .*EVALSHA", result.stdout, re.M)
+
+
+def test_an_admin_checks_another_user_with_acl_dryrun(plain, cli_plain):
+    reserve(cli_plain)
+    with acl_user(plain.client(), "looker", "~users", "~{users}:*", "+@read"):
+        code, data = doctor_json(cli_plain, "users", "--acl-user", "looker")
+    access = {g["command"]: g for g in data["acl"]["groups"]}
+    assert data["acl"]["method"] == "dryrun" and data["acl"]["user"] == "looker"
+    assert access["reserve"]["allowed"] is False and access["fill-ratio"]["allowed"] is False  # no INFO, no SCAN of ~*
+    denied = {d["call"].split()[0] for d in access["reserve"]["denied"]}
+    assert {"HSET", "DEL"} <= denied and "TYPE" not in denied
+    assert code == 0
+
+
+def _setuser(client: redis.Redis, line: str, password: str) -> None:
+    assert "CHANGE_ME" in line and password not in line
+    words = shlex.split(line.replace(">CHANGE_ME", f">{password}"))
+    assert words[:2] == ["ACL", "SETUSER"]
+    assert client.execute_command(*words) in (b"OK", "OK")
+
+
+@pytest.mark.parametrize("server_fixture", ["plain", pytest.param("bloom", marks=pytest.mark.redisbloom)])
+def test_the_printed_acl_lines_work(request, tmp_path, server_fixture):
+    """The operator line runs the whole lifecycle on the filter's keys, and nothing else; the
+    application line looks up and adds (dual writes too), and may not delete, flush or reserve."""
+    from bloomctl import open_filter
+    from bloomctl.connection import connect, settings_from
+
+    server = request.getfixturevalue(server_fixture)
+    admin, cli = server.client(), Cli(server.url)
+    reserve(cli)
+    _, data = doctor_json(cli, "users")
+    lines, backends = data["acl"]["setuser"], data["server"]["backends"]["in_use"]
+    needed = {g["command"]: g["needed"] for g in data["acl"]["groups"]}
+    assert needed["functions"] == ("bitmap" in backends) and needed["swap"]
+    assert "+@all" not in lines["operator"] and "CHANGE_ME" in lines["operator"]
+    _setuser(admin, lines["operator"], "op-pw")
+    _setuser(admin, lines["application"], "app-pw")
+    try:
+        op = Cli(f"redis://bloomctl-operator:op-pw@127.0.0.1:{server.port}/0")
+        csv = tmp_path / "users.csv"
+        csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(3000)))
+        for args in (
+            ["info", "users", "--format", "json"],
+            ["info", "users", "--exact", "--format", "json"],
+            ["fill-ratio", "users"],  # (a pattern is first tried as a key: EXISTS 'use*' needs ~use* too)
+            ["rebuild", "users", "--from-csv", str(csv), "--swap"],
+            ["rollback", "users", "--yes"],
+            ["swap", "users", "--yes"],
+            ["rebuild", "users", "--from-csv", str(csv), "--swap", "--build", "server"],
+            *([["functions", "install"], ["functions", "status"]] if "bitmap" in backends else []),
+        ):
+            result = op(*args)
+            assert result.exit_code == 0, (args, result.stdout, result.stderr)
+        assert admin.exists("{users}:old")
+        outside = op("reserve", "orders", "-c", "1000", "-e", "1%")
+        assert outside.exit_code == 3 and "no permissions" in outside.stderr.lower()
+        code, mine = doctor_json(op, "users")
+        assert mine["acl"]["user"] == "bloomctl-operator"
+        assert all(g["allowed"] for g in mine["acl"]["groups"] if g["needed"]), mine["acl"]["groups"]
+        assert levels(mine, "persistence") == ["warning"]  # CONFIG GET is not the operator's: said, not fatal
+        assert code == 0
+
+        app_client = connect(settings_from(f"redis://bloomctl-app:app-pw@127.0.0.1:{server.port}/0"))
+        users = open_filter(app_client, "users")
+        assert users.madd(["new:1", "user:1"], dual_write=True) == [True, False]
+        assert users.mexists(["new:1", "user:2", "nobody"]) == [True, True, False]
+        for command in (("DEL", "users"), ("FLUSHALL",), ("SET", "users", "x"), ("UNLINK", "{users}:old")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                app_client.execute_command(*command)
+        if data["server"]["backends"]["redisbloom"]:
+            assert app_client.execute_command("BF.EXISTS", "users", "new:1") == 1
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                app_client.execute_command("BF.RESERVE", "users2", "0.01", "100")
+        else:
+            assert app_client.execute_command("FCALL_RO", "bloomctl_exists", 1, "users", "new:1") == 1
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                app_client.execute_command("FCALL", "bloomctl_reserve", 1, "users", 64, 1, 1, "0.01")
+        app_client.close()
+    finally:
+        admin.execute_command("ACL", "DELUSER", "bloomctl-operator", "bloomctl-app")
+
+
+def test_secrets_are_never_printed(plain):
+    with acl_user(plain.client(), "ops", "~*", "&*", "+@all") as url:
+        cli = Cli(url)
+        reserve(cli)
+        for fmt in ("text", "json"):
+            result = cli("doctor", "users", "--format", fmt)
+            assert result.exit_code == 0, result.stderr
+            for secret in (PASSWORD, PASSWORD.replace("/", "%2F")):
+                assert secret not in result.stdout and secret not in result.stderr
+            assert "redis://ops:***@127.0.0.1" in result.stdout
+        wrong = cli("doctor", url=url.replace("s3cr3t", "wrong"))
+        assert wrong.exit_code == 3 and "wrong" not in wrong.stderr + wrong.stdout
+
+
+# --- the command table ----------------------------------------------------------------------
+
+NOT_CHECKED = {"hello", "auth", "client|setinfo"}  # the connection's handshake: never subject to ACL rules
+
+
+def _monitor(server: RedisServer, runs: list[tuple[str, list[str]]]) -> dict[str, set[str]]:
+    """The ACL names MONITOR saw for each run, commands inside scripts and functions included."""
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def listen() -> None:
+        with server.client().monitor() as monitor:
+            ready.set()
+            for entry in monitor.listen():
+                seen.append(entry["command"])
+                if entry["command"] == "ECHO doctor:stop":
+                    return
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    ready.wait(5)
+    time.sleep(0.1)
+    marker, cli = server.client(), Cli(server.url)
+    for index, (_group, args) in enumerate(runs):
+        marker.echo(f"doctor:{index}")
+        result = cli(*args)
+        assert result.exit_code in (0, 5), (args, result.stderr)
+    marker.echo("doctor:stop")
+    thread.join(10)
+    found: dict[str, set[str]] = defaultdict(set)
+    group = None
+    for command in seen:
+        if command.startswith("ECHO doctor:"):
+            tail = command.split(":", 1)[1]
+            group = runs[int(tail)][0] if tail.isdigit() else None
+        elif group is not None:
+            found[group].add(acl_name(command.replace('"', "")))
+    return found
+
+
+@pytest.mark.parametrize("server_fixture", ["plain", pytest.param("bloom", marks=pytest.mark.redisbloom)])
+def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_fixture):
+    server = request.getfixturevalue(server_fixture)
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"u{i}\n" for i in range(2000)))
+    rebuild = ["rebuild", "users", "--from-csv", str(csv)]
+    runs = [
+        ("functions", ["functions", "install"]),
+        ("reserve", ["reserve", "users", "-c", "10000", "-e", "1%", "--nonscaling"]),
+        ("reserve", ["reserve", "orders", "-c", "10000", "-e", "1%", "--nonscaling", "--shards", "2"]),
+        ("info", ["info", "users", "--exact"]),
+        ("info", ["info", "orders"]),
+        ("fill-ratio", ["fill-ratio", "users", "ord*", "nothing"]),
+        ("rebuild", [*rebuild, "--build", "client"]),
+        ("swap", ["swap", "users", "--yes"]),
+        ("rollback", ["rollback", "users", "--yes"]),
+        ("rebuild", [*rebuild, "--swap", "--build", "server", "--keep-old", "60"]),
+        ("rebuild", [*rebuild, "--swap", "--build", "client"]),
+        ("rebuild", ["rebuild", "orders", "--from-csv", str(csv), "--swap"]),
+        ("functions", ["functions", "status"]),
+        ("dump", ["dump", "users", "-o", str(tmp_path / "users.bfdump")]),
+        ("dump", ["dump", "orders", "-o", str(tmp_path / "orders.bfdump")]),
+        ("restore", ["restore", "users", "-i", str(tmp_path / "users.bfdump"), "--swap", "--allow-shrink"]),
+        ("restore", ["restore", "orders2", "-i", str(tmp_path / "orders.bfdump"), "--swap"]),
+        ("copy", ["copy", "users", "--to", server.url, "--to-key", "users3", "--swap"]),
+    ]
+    found = _monitor(server, runs)
+    assert {"rename", "fcall" if "fcall" in found["reserve"] else "bf.reserve"} <= found["rebuild"] | found["reserve"]
+    assert "rename" in found["swap"] and "rename" in found["rollback"]  # scripts' own commands are seen
+    for group, names in found.items():
+        unlisted = sorted(names - NOT_CHECKED - {acl_name(call) for call in COMMANDS[group]})
+        assert unlisted == [], f"bloomctl {group} sends {unlisted}: add them to COMMANDS in bloomctl/doctor.py"
+
+
+def test_every_command_of_the_command_line_has_a_row():
+    assert set(main.commands) - {"doctor"} <= set(COMMANDS)
+
+
+def test_every_command_in_the_source_is_in_the_table():
+    """What MONITOR never shows (admin commands such as MODULE LIST) is read from the source: every
+    literal command bloomctl sends, in Python or in Lua, is a row of some command's table."""
+    listed = {acl_name(call) for rows in (*COMMANDS.values(), DOCTOR, DOCTOR_CLUSTER, APPLICATION) for call in rows}
+    listed |= {"config|get", "acl|dryrun"}  # doctor's own reads, never in an operator's line
+    pattern = re.compile(r"""(?:redis\.p?call\(|execute_command\()\s*['"]([A-Za-z_.]+(?: [A-Za-z_]+)?)['"]""")
+    sources = [*sorted((ROOT / "bloomctl").rglob("*.py")), *sorted((ROOT / "bloomctl").rglob("*.lua"))]
+    sent = {acl_name(m) for path in sources for m in pattern.findall(path.read_text(encoding="utf-8"))}
+    assert sent, "the pattern found nothing: is it still right?"
+    assert {"rename", "module|list", "bf.loadchunk", "bitfield"} <= sent
+    assert sorted(sent - listed) == []
+
+
+def test_the_docs_show_the_table():
+    assert command_table_markdown() in (ROOT / "docs" / "doctor.md").read_text(encoding="utf-8")
+
+
+def test_key_patterns_cover_the_family_and_escape_glob_characters():
+    from bloomctl.doctor import key_patterns
+
+    assert key_patterns([b"users"]) == [b"users", b"{users}:*", b"{*}:users:shard:*"]
+    assert key_patterns([b"bf:{u}"])[:2] == [b"bf:{u}", b"bf:{u}:*"]
+    assert key_patterns([b"a*b"])[0] == rb"a\*b"
+    family = KeyFamily.of("users")
+    assert all(name.startswith(b"{users}:") for role, name in family.all_keys().items() if role != "active")
+
+
+def test_a_user_who_may_run_almost_nothing_gets_a_report(plain, cli_plain):
+    """No INFO, no COMMAND, no MULTI, no ACL DRYRUN: every check says what it could not read."""
+    reserve(cli_plain)
+    with acl_user(plain.client(), "nobody", "~*", "+get", "+ping") as url:
+        result = Cli(url)("doctor", "users")
+        code, data = doctor_json(Cli(url), "users")
+    assert result.exit_code == code == 0, result.stdout + result.stderr
+    assert "could not check what nobody may run" in result.stdout
+    # (BF.INFO on a server without it is an unknown command, before any ACL rule; where it exists, NOPERM)
+    assert "not allowed to read which BF.* commands exist" in result.stdout or "no BF.* commands" in result.stdout
+    assert data["acl"]["method"] is None and all(g["allowed"] is None for g in data["acl"]["groups"])
+    assert "ERROR" not in result.stdout and data["summary"]["warnings"] >= 5
+
+
+def test_the_queued_access_check_never_runs_a_command(plain, cli_plain):
+    """Without ACL DRYRUN, doctor queues each command in a MULTI it discards. EXEC (restore sends
+    MULTI/EXEC) queued there would run everything before it: the keyspace must be untouched."""
+    admin = plain.client()
+    reserve(cli_plain)
+    _, data = doctor_json(cli_plain, "users")
+    _setuser(admin, data["acl"]["setuser"]["operator"], "op-pw")
+    try:
+        before = {key: admin.dump(key) for key in admin.keys("*")}
+        op = Cli(f"redis://bloomctl-operator:op-pw@127.0.0.1:{plain.port}/0")
+        _code, report = doctor_json(op, "users")
+        assert report["acl"]["method"] == "queued"
+        assert {key: admin.dump(key) for key in admin.keys("*")} == before
+    finally:
+        admin.execute_command("ACL", "DELUSER", "bloomctl-operator")
