@@ -328,9 +328,12 @@ def _answers_moved(client: Any) -> bool:
     """Whether the server redirects a keyed command: the sign of a Cluster node, for users denied INFO."""
     import redis
 
+    redirected = (redis.exceptions.MovedError, redis.exceptions.AskError, redis.exceptions.ClusterDownError)
     try:
         for probe in ("bloomctl:probe:a", "bloomctl:probe:b", "bloomctl:probe:c"):  # slots on different nodes
             client.exists(probe)
+    except redirected:  # redis-py parses the MOVED/ASK/CLUSTERDOWN replies into these (without the word)
+        return True
     except redis.exceptions.ResponseError as exc:
         return str(exc).startswith(("MOVED", "ASK", "CLUSTERDOWN"))
     return False

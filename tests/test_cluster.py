@@ -75,3 +75,22 @@ def test_a_slot_in_migration_answers_ask(cluster):
         dst_id = dst.client().execute_command("CLUSTER MYID").decode()
         for node in cluster.nodes:
             node.client().execute_command("CLUSTER SETSLOT", key_slot("users"), "NODE", dst_id)
+
+
+def test_a_cluster_user_without_info_is_still_recognised(cluster, cli):
+    """An ACL user denied INFO: bloomctl asks a keyed command instead and takes the MOVED reply
+    (which redis-py parses into MovedError, the word MOVED removed) as the sign of a Cluster."""
+    from bloomctl.connection import connect, settings_from
+
+    for node in cluster.nodes:
+        node.client().execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info")
+    try:
+        url = f"redis://noinfo:pw@127.0.0.1:{cluster.nodes[0].port}/0"
+        client = connect(settings_from(url))
+        assert type(client).__name__ == "RedisCluster"
+        result = cli("reserve", "users", "-c", "1000", "-e", "1%", "--backend", "bitmap", url=url)
+        assert result.exit_code == 0, result.stderr
+        client.close()
+    finally:
+        for node in cluster.nodes:
+            node.client().execute_command("ACL", "DELUSER", "noinfo")
