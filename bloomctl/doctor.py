@@ -572,22 +572,21 @@ class _Doctor:
     # persistence and eviction ------------------------------------------------------------------
 
     def check_persistence(self) -> None:
-        found: dict[str, Finding] = {}
-        for node in self.nodes:
-            found[node_name(node)] = self._persistence(node)
-        self.per_node("persistence", found)
+        self.per_node("persistence", {node_name(node): self._persistence(node) for node in self.nodes})
 
-    def _persistence(self, node: Any) -> Finding:
+    def _section(self, node: Any, check: str, section: str, what: str) -> dict[str, Any] | Finding:
+        """``INFO section`` of a node, or the finding that says why it cannot be read."""
         try:
-            info = self.node_info(node, "persistence")
+            return self.node_info(node, section)
         except Exception as exc:
             if not _response_error(exc):
                 raise
-            return (
-                _not_allowed("persistence", "the persistence settings", "INFO persistence", exc)
-                if _denied(exc)
-                else _could_not("persistence", "the persistence settings", exc)
-            )
+            return _not_allowed(check, what, f"INFO {section}", exc) if _denied(exc) else _could_not(check, what, exc)
+
+    def _persistence(self, node: Any) -> Finding:
+        info = self._section(node, "persistence", "persistence", "the persistence settings")
+        if isinstance(info, Finding):
+            return info
         aof = bool(int(info.get("aof_enabled", 0)))
         failed = [
             name
@@ -887,23 +886,12 @@ class _Doctor:
     # replication and cluster --------------------------------------------------------------------
 
     def check_replication(self) -> None:
-        found: dict[str, Finding] = {}
-        for node in self.nodes:
-            found[node_name(node)] = self._replication(node)
-        self.per_node("replication", found)
+        self.per_node("replication", {node_name(node): self._replication(node) for node in self.nodes})
 
     def _replication(self, node: Any) -> Finding:
-        try:
-            info = self.node_info(node, "replication")
-        except Exception as exc:
-            if not _response_error(exc):
-                raise
-            what = "the replication state"
-            return (
-                _not_allowed("replication", what, "INFO replication", exc)
-                if _denied(exc)
-                else _could_not("replication", what, exc)
-            )
+        info = self._section(node, "replication", "replication", "the replication state")
+        if isinstance(info, Finding):
+            return info
         role = _text(info.get("role", "?"))
         if role in ("slave", "replica"):
             link = _text(info.get("master_link_status", "?"))

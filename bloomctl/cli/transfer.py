@@ -110,6 +110,13 @@ def _restore_options(f: Any) -> Any:
     return click.option("--swap", is_flag=True, help="Swap the restored standby in (the swap's guards apply).")(f)
 
 
+def _restore_arguments(guards: dict[str, Any]) -> dict[str, Any]:
+    """The options of `_restore_options` as `transfer.restore` takes them."""
+    arguments = dict(guards)
+    arguments["keep_old_seconds"] = arguments.pop("keep_old")
+    return arguments
+
+
 def _read_chunks(reader: Any) -> Iterator[Any]:
     yield from reader.chunks()
 
@@ -122,19 +129,7 @@ def _read_chunks(reader: Any) -> Iterator[Any]:
 @_restore_options
 @format_option("text", "json")
 @click.pass_obj
-def restore_command(
-    app: AppContext,
-    key: str,
-    input_path: str,
-    swap: bool,
-    keep_old: float,
-    min_ratio: float,
-    allow_shrink: bool,
-    allow_recipe_change: bool,
-    lock_wait: float,
-    force: bool,
-    output_format: str,
-) -> None:
+def restore_command(app: AppContext, key: str, input_path: str, output_format: str, **guards: Any) -> None:
     """Load a dump (from `bloomctl dump`) into the standby of KEY; with --swap, swap it in.
 
     Every chunk's checksum is checked as it arrives and the file's SHA-256 at its end; the loaded
@@ -171,13 +166,7 @@ def restore_command(
             key,
             reader.header,
             _read_chunks(reader),
-            swap=swap,
-            keep_old_seconds=keep_old,
-            min_ratio=min_ratio,
-            allow_shrink=allow_shrink,
-            allow_recipe_change=allow_recipe_change,
-            force=force,
-            lock_wait=lock_wait,
+            **_restore_arguments(guards),
             events=_log,
         )
     finally:
@@ -206,14 +195,8 @@ def copy_command(
     to_url: str,
     to_key: str | None,
     to_password_file: str | None,
-    swap: bool,
-    keep_old: float,
-    min_ratio: float,
-    allow_shrink: bool,
-    allow_recipe_change: bool,
-    lock_wait: float,
-    force: bool,
     output_format: str,
+    **guards: Any,
 ) -> None:
     """Copy the filter KEY to another server (as --to-key), chunk by chunk, in constant memory.
 
@@ -247,13 +230,7 @@ def copy_command(
             to_key or key,
             dump.header,
             _source_errors(dump.chunks, app.settings),
-            swap=swap,
-            keep_old_seconds=keep_old,
-            min_ratio=min_ratio,
-            allow_shrink=allow_shrink,
-            allow_recipe_change=allow_recipe_change,
-            force=force,
-            lock_wait=lock_wait,
+            **_restore_arguments(guards),
             events=_log,
         )
     except Exception as exc:
