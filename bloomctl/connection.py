@@ -352,7 +352,11 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
 
     # No retries of our own: redis-py retried a command on a dead node 10 times (a --timeout of 3 s
     # took 33 s); a CLI run fails in --timeout, and cron or the operator runs it again.
-    client = RedisCluster.from_url(settings.url, retry=Retry(NoBackoff(), CLUSTER_RETRIES), **kwargs)
+    # require_full_coverage=False: a cluster with uncovered slots still serves the others (and
+    # `doctor` can say which are missing) instead of refusing to start the client at all
+    client = RedisCluster.from_url(
+        settings.url, retry=Retry(NoBackoff(), CLUSTER_RETRIES), require_full_coverage=False, **kwargs
+    )
     client.ping(target_nodes=RedisCluster.DEFAULT_NODE)  # not ALL_NODES: a failed replica must not stop us
     return client
 

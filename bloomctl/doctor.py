@@ -392,17 +392,68 @@ def _could_not(check: str, what: str, exc: Exception) -> Finding:
 # --- the checks ----------------------------------------------------------------------------------
 
 
+def _answers(node: Any) -> bool:
+    """Whether a node answers at all (PING; a NOPERM reply is an answer)."""
+    import redis
+
+    try:
+        node.ping()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return False
+    except redis.exceptions.ResponseError:
+        return True
+    return True
+
+
+def _readable(select: Any, node: Any, page: list[bytes], scan: dict[str, Any]) -> list[bytes]:
+    """``select`` over a SCAN page; a user whose key patterns leave some keys out (SCAN shows every
+    key) gets the page key by key, those keys skipped and counted."""
+    try:
+        return list(select(node, page))
+    except Exception as exc:
+        if not (_response_error(exc) and _denied(exc)):
+            raise
+    kept: list[bytes] = []
+    for key in page:
+        try:
+            kept += select(node, [key])
+        except Exception as exc:
+            if not (_response_error(exc) and _denied(exc)):
+                raise
+            scan["not_readable"] = scan.get("not_readable", 0) + 1
+    return kept
+
+
 class _Doctor:
     def __init__(self, client: RedisClient, server: ServerInfo) -> None:
         self.client = client
         self.server = server
         self.findings: list[Finding] = []
         self.cluster = is_cluster(client)
-        self.nodes = primaries(client)
+        self.nodes = [node for node in primaries(client) if _answers(node)]  # a dead master: check_cluster says so
         self.bitmap_mode: str | None = None
 
     def add(self, finding: Finding) -> None:
         self.findings.append(finding)
+
+    def guarded(self, check: str, run: Any, *args: Any) -> Any:
+        """One check; a node that stops answering (a dead Cluster master) makes it an error finding,
+        and the other checks still run. Returns what the check returns, or None."""
+        import redis
+
+        try:
+            return run(*args)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            self.add(
+                Finding(
+                    check,
+                    ERROR,
+                    f"a node did not answer, so this check is incomplete: {_text(exc)}",
+                    {"reason": _text(exc)},
+                    "bring the node back, or fail it over (redis-cli --cluster check HOST:PORT)",
+                )
+            )
+            return None
 
     def per_node(self, check: str, found: dict[str, Finding]) -> None:
         """One finding per distinct verdict, naming its nodes on a cluster."""
@@ -709,6 +760,8 @@ class _Doctor:
                 filters.append(entry)
         if not keys:
             cut = " (the look stopped there: pass KEY names to check others)" if scan["cut_short"] else ""
+            if scan.get("not_readable"):
+                cut += f"; {scan['not_readable']:,} keys this user may not read (its key patterns) were skipped"
             self.add(
                 Finding(
                     "keys",
@@ -733,9 +786,15 @@ class _Doctor:
             for redis_type, select in selectors:
                 cursor = 0
                 for _ in range(SCAN_CALLS):
-                    cursor, page = node.scan(cursor=cursor, count=1000, _type=redis_type)
+                    try:
+                        cursor, page = node.scan(cursor=cursor, count=1000, _type=redis_type)
+                    except Exception as exc:  # a type the server does not know (Valkey): no keys of it
+                        if not (_response_error(exc) and "unknown type name" in _text(exc).lower()):
+                            raise
+                        cursor = 0
+                        break
                     scan["looked_at"] += len(page)
-                    found += [k for k in select(node, list(page)) if not is_companion(k)]
+                    found += [k for k in _readable(select, node, list(page), scan) if not is_companion(k)]
                     if not cursor:
                         break
                 if cursor:
@@ -784,9 +843,14 @@ class _Doctor:
             self.add(Finding("keys", ERROR, f"{name!r}: {exc}", {"key": name, "reason": str(exc)}))
             return None
         except Exception as exc:
+            import redis
+
+            what = f"filter {name!r}"
+            if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+                self.add(Finding("keys", ERROR, f"{what}: its node does not answer ({_text(exc)})", {"key": name}))
+                return None
             if not _response_error(exc):
                 raise
-            what = f"filter {name!r}"
             self.add(_not_allowed("keys", what, "TYPE", exc) if _denied(exc) else _could_not("keys", what, exc))
             return None
         if given:
@@ -1217,10 +1281,10 @@ class _Checker:
                 with contextlib.suppress(ResponseError):
                     connection.read_response()
             return reasons
-        except BaseException:
-            connection.disconnect()  # a half-read reply: never give this connection back as it is
-            raise
         finally:
+            # never given back as it is: a DISCARD the user may not run leaves it inside the MULTI,
+            # where the next command of the application would only be queued
+            connection.disconnect()
             pool.release(connection)
 
     def check(self, family: KeyFamily, sample_calls: list[str]) -> dict[str, str]:
@@ -1243,7 +1307,9 @@ class _Checker:
             # what follows runs. The transaction commands go with MULTI, which this user just ran.
             queued = [(call, args) for call, args in zip(sample_calls, argv, strict=True) if not _never_queue(call)]
             reasons = self._queue(node, [args for _call, args in queued])
-            for (call, _args), reason in zip(queued, reasons or [], strict=False):
+            if reasons is None:  # MULTI refused now: nothing could be checked, nothing is taken as allowed
+                return {call: f"not checked: MULTI: {self.multi_refused}" for call, _args in queued}
+            for (call, _args), reason in zip(queued, reasons, strict=True):
                 if reason is not None:
                     refused[call] = reason
         return refused
@@ -1327,7 +1393,9 @@ def check_access(
 
 
 def _glob_escape(raw: bytes) -> bytes:
-    return re.sub(rb"([*?\[\]\\])", rb"\\\1", raw)
+    """A key as an ACL key pattern: glob characters escaped; whitespace, which no ACL rule may hold,
+    as ``?`` (any one character: a pattern a little wider than the key)."""
+    return re.sub(rb"\s", b"?", re.sub(rb"([*?\[\]\\])", rb"\\\1", raw))
 
 
 def key_patterns(names: Sequence[bytes], application: bool = False) -> list[bytes]:
@@ -1399,7 +1467,6 @@ def diagnose(
     """Every check on the server ``client`` talks to. ``keys``: the filters to check (else a bounded
     SCAN finds them); ``acl_user``: check another user's rights (needs ACL DRYRUN); ``groups``: the
     bloomctl commands to check access for (default: every command of the table)."""
-    from bloomctl.backends.bitmap import SCRIPT
     from bloomctl.server import detect
 
     refused: Exception | None = None
@@ -1410,19 +1477,35 @@ def diagnose(
             if not (_response_error(exc) and _denied(exc)):
                 raise
             server, refused = ServerInfo("redis", "?", "none", None, frozenset(), is_cluster(client)), exc
+    from bloomctl.backends.bitmap import installs_nothing
+
+    with installs_nothing():  # sizing a bitmap filter must not load the function library (a write)
+        return _diagnose(client, server, refused, keys, acl_user, groups)
+
+
+def _diagnose(
+    client: RedisClient,
+    server: ServerInfo,
+    refused: Exception | None,
+    keys: Sequence[str | bytes],
+    acl_user: str | None,
+    groups: Sequence[str] | None,
+) -> Report:
+    from bloomctl.backends.bitmap import SCRIPT
+
     doctor = _Doctor(client, server)
     if refused is not None:
         doctor.add(_not_allowed("bloom", "which BF.* commands exist", "COMMAND INFO", refused))
     server_data = doctor.check_server()
     doctor.check_bloom()
-    filters, scan = doctor.find_filters(keys)
+    doctor.guarded("cluster", doctor.check_cluster)  # first: a master that does not answer is said here
+    filters, scan = doctor.guarded("keys", doctor.find_filters, keys) or ([], {})
     in_use = {f["backend"] for f in filters} | {"redisbloom" if server.has_bloom else "bitmap"}
-    doctor.check_functions("bitmap" in in_use)
-    doctor.check_persistence()
-    doctor.check_eviction()
-    doctor.check_memory(filters)
-    doctor.check_replication()
-    doctor.check_cluster()
+    doctor.guarded("functions", doctor.check_functions, "bitmap" in in_use)
+    doctor.guarded("persistence", doctor.check_persistence)
+    doctor.guarded("eviction", doctor.check_eviction)
+    doctor.guarded("memory", doctor.check_memory, filters)
+    doctor.guarded("replication", doctor.check_replication)
 
     conditions = doctor.conditions(in_use)
     server_data["backends"] = {
@@ -1434,7 +1517,9 @@ def diagnose(
     names = [to_bytes(k) for k in keys] or [to_bytes(f["key"]) for f in filters]
     sample = KeyFamily.of(names[0] if names else SAMPLE_KEY)
     user = acl_user or whoami(client)
-    acl, acl_findings = check_access(doctor, chosen, sample, conditions, user, acl_user is not None)
+    checked = doctor.guarded("acl", check_access, doctor, chosen, sample, conditions, user, acl_user is not None)
+    unanswered: dict[str, Any] = {"user": user, "method": None, "groups": [], "reason": "a node did not answer"}
+    acl, acl_findings = checked or (unanswered, [])
     doctor.findings += acl_findings
     known = [to_bytes(f["key"]) for f in filters] or [to_bytes(k) for k in keys]
     acl["setuser"] = setuser_lines(known, conditions, chosen)

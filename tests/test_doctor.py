@@ -272,6 +272,9 @@ def test_the_printed_acl_lines_work(request, tmp_path, server_fixture):
             ["swap", "users", "--yes"],
             ["rebuild", "users", "--from-csv", str(csv), "--swap", "--build", "server"],
             *([["functions", "install"], ["functions", "status"]] if "bitmap" in backends else []),
+            ["dump", "users", "-o", str(tmp_path / "users.bfdump")],
+            ["restore", "users", "-i", str(tmp_path / "users.bfdump"), "--swap", "--allow-shrink"],
+            ["copy", "users", "--to", f"redis://bloomctl-operator:op-pw@127.0.0.1:{server.port}/0", "--swap"],
         ):
             result = op(*args)
             assert result.exit_code == 0, (args, result.stdout, result.stderr)
@@ -450,5 +453,93 @@ def test_the_queued_access_check_never_runs_a_command(plain, cli_plain):
         _code, report = doctor_json(op, "users")
         assert report["acl"]["method"] == "queued"
         assert {key: admin.dump(key) for key in admin.keys("*")} == before
+    finally:
+        admin.execute_command("ACL", "DELUSER", "bloomctl-operator")
+
+
+def test_doctor_never_loads_the_function_library(plain, cli_plain):
+    """Sizing a bitmap filter goes through the function library; doctor must not load it (FUNCTION
+    LOAD is a write, replicated and persisted), and must report it missing as it found it."""
+    reserve(cli_plain)  # a bitmap filter: the library is loaded now
+    admin = plain.client()
+    admin.execute_command("FUNCTION", "FLUSH")
+    _code, data = doctor_json(cli_plain, "users")
+    assert admin.execute_command("FUNCTION", "LIST") == []
+    assert [f["level"] for f in data["findings"] if f["check"] == "functions"] == ["info"]
+    _code, data = doctor_json(cli_plain)  # no KEY: the scan sizes what it finds the same way
+    assert admin.execute_command("FUNCTION", "LIST") == [] and "'users'" in json.dumps(data["findings"])
+
+
+def test_a_user_denied_discard_gets_the_truth_and_a_clean_connection(plain, cli_plain):
+    """Without DISCARD the checking MULTI cannot be ended: the connection is closed, never reused,
+    and what the user may not run is still reported."""
+    from bloomctl.connection import connect, settings_from
+    from bloomctl.doctor import diagnose
+
+    reserve(cli_plain)
+    admin = plain.client()
+    admin.execute_command(
+        "ACL", "SETUSER", "nodiscard", "on", ">pw", "~*", "&*", "+@all", "-acl|dryrun", "-discard", "-hset"
+    )
+    try:
+        url = f"redis://nodiscard:pw@127.0.0.1:{plain.port}/0"
+        _code, data = doctor_json(Cli(url), "users")
+        reserve_group = next(g for g in data["acl"]["groups"] if g["command"] == "reserve")
+        assert not reserve_group["allowed"] and "hset" in json.dumps(reserve_group["denied"]).lower(), reserve_group
+        client = connect(settings_from(url))
+        diagnose(client, ["users"])
+        client.set("after", "1")
+        assert client.get("after") == b"1"  # not b'QUEUED': no connection came back inside a MULTI
+    finally:
+        admin.execute_command("ACL", "DELUSER", "nodiscard")
+
+
+@pytest.mark.cluster
+def test_an_unhealthy_cluster_is_reported_not_crashed_on(workdir, cli):
+    """Slots not covered, then a master down: doctor says so (exit 1), with the other checks."""
+    from tests.servers import RedisCluster
+
+    cluster = RedisCluster(workdir, masters=3)
+    try:
+        for node in cluster.nodes:
+            node.client().execute_command("CLUSTER", "DELSLOTS", 100)
+        code, data = doctor_json(cli, url=cluster.url)
+        assert code == 1 and any("not covered" in f["message"] for f in data["findings"] if f["level"] == "error")
+        cluster.nodes[2].stop()
+        code, data = doctor_json(cli, url=cluster.url)
+        assert "findings" in data, data
+        errors = [f["message"] for f in data["findings"] if f["level"] == "error"]
+        assert code == 1 and any("answer" in m for m in errors), errors
+    finally:
+        cluster.stop()
+
+
+def test_the_printed_operator_finds_its_filters_without_a_key(plain, cli_plain):
+    """SCAN shows keys outside the user's key patterns: doctor skips those, and still finds the
+    filter the operator may read."""
+    reserve(cli_plain)
+    reserve(cli_plain, "orders")
+    admin = plain.client()
+    _, data = doctor_json(cli_plain, "users")
+    _setuser(admin, data["acl"]["setuser"]["operator"], "op-pw")  # its patterns: users only
+    try:
+        _code, mine = doctor_json(Cli(f"redis://bloomctl-operator:op-pw@127.0.0.1:{plain.port}/0"))
+        keys = [f for f in mine["findings"] if f["check"] == "keys"]
+        assert keys and keys[0]["detail"]["filters"] == ["users"], keys
+        assert "may not read" in keys[0]["message"]
+    finally:
+        admin.execute_command("ACL", "DELUSER", "bloomctl-operator")
+
+
+def test_a_key_with_a_space_gets_an_acl_line_redis_takes(plain, cli_plain):
+    """No ACL rule may hold whitespace: a key with a space becomes a pattern with `?` there, which
+    Redis accepts and which matches the key."""
+    reserve(cli_plain, "my users")
+    _, data = doctor_json(cli_plain, "my users")
+    admin = plain.client()
+    _setuser(admin, data["acl"]["setuser"]["operator"], "op-pw")
+    try:
+        op = Cli(f"redis://bloomctl-operator:op-pw@127.0.0.1:{plain.port}/0")
+        assert op("info", "my users", "--format", "json").exit_code == 0
     finally:
         admin.execute_command("ACL", "DELUSER", "bloomctl-operator")
