@@ -20,7 +20,7 @@ from typing import Any
 
 from bloomctl import __version__, backends, lifecycle
 from bloomctl.backends import Backend
-from bloomctl.backends.bitmap import HEADER_BYTES, parse_header, recognise
+from bloomctl.backends.bitmap import HEADER_BYTES, installs_nothing, parse_header, recognise
 from bloomctl.backends.redisbloom import OPT_FORCE64, OPT_NO_SCALING, OPT_NOROUND, parse_scandump_header
 from bloomctl.client import RedisClient
 from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO, MAX_SHARDS
@@ -118,7 +118,9 @@ def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Du
         meta = read_metadata(client, KeyFamily.of(raw).meta)
     if backend.name == "redisbloom" and "bf.scandump" not in server.commands:
         raise UnsupportedServer("%s has no BF.SCANDUMP: its filters cannot be dumped", server.description)
-    described = [_member_header(backend, client, member) for member in members]
+    with installs_nothing():  # reading a bitmap filter must not load the function library (a write)
+        described = [_member_header(backend, client, member) for member in members]
+        identities = [_identity(client, backend, member) for member in members]
     first = described[0]
     if manifest is not None:
         capacity, error_rate, expansion = manifest.capacity * manifest.shards, manifest.error_rate, manifest.expansion
@@ -148,7 +150,7 @@ def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Du
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "created_by": f"bloomctl {__version__}",
     }
-    return Dump(header, _chunks(client, backend, members, described))
+    return Dump(header, _chunks(client, backend, members, described, identities))
 
 
 def _error_rate(backend: Backend, member: dict[str, Any], meta: dict[str, str]) -> float:
@@ -175,20 +177,24 @@ def _identity(client: RedisClient, backend: Backend, key: bytes) -> tuple[tuple[
 
 
 def _chunks(
-    client: RedisClient, backend: Backend, members: list[bytes], described: list[dict[str, Any]]
+    client: RedisClient,
+    backend: Backend,
+    members: list[bytes],
+    described: list[dict[str, Any]],
+    identities: list[tuple[tuple[Any, ...], int]],
 ) -> Iterator[Chunk]:
-    """Each member's chunks; a member replaced or grown while it was read fails the dump (its
-    items may grow meanwhile: a chunk holds at least the items the header counts)."""
-    for index, (member, described_member) in enumerate(zip(members, described, strict=True)):
-        before, items_before = _identity(client, backend, member)
-        if before[4] != described_member["size_bytes"] or items_before < described_member["items"]:
-            raise _changed(member)
+    """Each member's chunks; a member replaced or grown since the header was read fails the dump
+    (its items may grow meanwhile: a chunk holds at least the items the header counts)."""
+    for index, (member, described_member, (identity, items)) in enumerate(
+        zip(members, described, identities, strict=True)
+    ):
         if backend.name == "redisbloom":
             yield from _scandump(client, index, member)
         else:
             yield from _slices(client, index, member, described_member["size_bytes"])
-        after, items_after = _identity(client, backend, member)
-        if after != before or items_after < items_before:
+        with installs_nothing():
+            after, items_after = _identity(client, backend, member)
+        if after != identity or items_after < items:
             raise _changed(member)
 
 

@@ -679,3 +679,20 @@ def test_a_killed_restores_leftover_filter_is_replaced(plain, cli):
     client.set(KeyFamily.of("other").companion("restore"), b"notes")
     refused = cli("restore", "other", input=data, url=plain.url)
     assert refused.exit_code == 5 and "did not write" in refused.stderr
+
+
+def test_a_dump_only_reads(plain, cli):
+    """dump writes nothing to the server it reads: not even the function library, which bitmap
+    filters are read through (FUNCTION LOAD is replicated and persisted)."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    client.execute_command("FUNCTION", "FLUSH")
+    before = {key: client.dump(key) for key in client.keys("*")}
+    result = cli("dump", "users", url=plain.url)
+    assert result.exit_code == 0, result.stderr
+    assert client.execute_command("FUNCTION", "LIST") == []
+    assert {key: client.dump(key) for key in client.keys("*")} == before
