@@ -151,3 +151,31 @@ def test_completion_scripts_are_generated_for_each_shell():
         code = "import sys; from bloomctl.cli import main; sys.argv[0] = 'bloomctl'; main(prog_name='bloomctl')"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         assert marker in out.stdout and "_BLOOMCTL_COMPLETE" in out.stdout, (shell, out.stdout[:200], out.stderr)
+
+
+def test_the_matrix_check_fails_on_a_stale_cell(tmp_path):
+    """scripts/matrix.py --check: agrees with a report that matches the table, fails when a cell
+    disagrees, when a server has no column, and when a row no test ran still says yes."""
+    import json
+    import subprocess
+    import sys
+
+    doc = tmp_path / "compat.md"
+    doc.write_text(
+        "x\n<!-- matrix:begin (scripts/matrix.py writes this table from the test runs; CI checks it) -->\n"
+        "| feature | S |\n| --- | --- |\n| a | yes |\n| b | no: built without TLS |\n<!-- matrix:end -->\n"
+    )
+
+    def check(rows: dict, server: str = "S") -> int:
+        report = tmp_path / "r.json"
+        report.write_text(json.dumps({"server": server, "rows": rows}))
+        script = ROOT / "scripts" / "matrix.py"
+        return subprocess.run([sys.executable, script, "--check", doc, report], capture_output=True).returncode
+
+    passed = {"passed": 3, "failed": 0, "skipped": 0, "reasons": []}
+    no_tls = {"passed": 0, "failed": 0, "skipped": 2, "reasons": ["this redis-server build has no TLS support: x"]}
+    assert check({"a": passed, "b": no_tls}) == 0
+    assert check({"a": {**passed, "failed": 1}, "b": no_tls}) == 1
+    assert check({"a": passed, "b": passed}) == 1
+    assert check({"a": passed, "b": no_tls}, server="T") == 1
+    assert check({"b": no_tls}) == 1
