@@ -488,11 +488,13 @@ def test_dump_refuses_a_terminal_and_restore_an_empty_stdin(plain, cli, monkeypa
 
 
 def test_matrix_packages_are_known():
-    """The packages the matrix names are the ones pyproject.toml's `servers` extra installs."""
+    """The packages the matrix names are the ones pyproject.toml's `servers` extra pins, and the
+    test extra (what scripts/test.sh installs) pins the same."""
     import tomllib
 
-    extra = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]["servers"]
-    assert sorted(spec.split("==")[0] for spec in extra) == sorted(PACKAGED_SERVERS)
+    extras = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert sorted(spec.split("==")[0] for spec in extras["servers"]) == sorted(PACKAGED_SERVERS)
+    assert set(extras["servers"]) <= set(extras["test"])
 
 
 @pytest.mark.redisbloom

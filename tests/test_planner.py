@@ -162,6 +162,10 @@ COMBINATIONS = [
     (77, 0.3, 3),  # above 0.25: Redis 8 takes it as 0.25 (144 bytes), RedisBloom 2.8 keeps it (136)
     (1000, 0.4, None),
     (500, 0.26, 2),
+    (1_000_000, 0.75, 5),  # above 0.25, scaling: 2.8 tightens 0.75 to 0.375, Redis 8 caps it first (0.125)
+    (1, 0.9, None),  # one item at 0.9: a single 64-bit word on both
+    (5, 0.01, 7),
+    (3_784_323, 0.0005, None),  # bits from RedisBloom's truncated ln(2)^2, not log(2)**2
 ]
 
 
