@@ -15,7 +15,12 @@ from bloomctl.keys import to_display
 from bloomctl.topology import node_client
 
 
-def check_memory(client: RedisClient, planned: list[tuple[bytes, int]], kept: Sequence[bytes] = ()) -> None:
+def check_memory(
+    client: RedisClient,
+    planned: list[tuple[bytes, int]],
+    kept: Sequence[bytes] = (),
+    advice: str = "lower `capacity` or raise `error_rate`, or pass `force`",
+) -> None:
     """Refuse when the ``(key, bytes)`` pairs, added up per node, exceed what each node has left
     (maxmemory, else the machine's memory). Skipped for a node that does not tell (an ACL user
     without INFO, a managed service hiding it). ``kept``: old filters an earlier swap may still
@@ -36,7 +41,8 @@ def check_memory(client: RedisClient, planned: list[tuple[bytes, int]], kept: Se
             source = "maxmemory" if int(memory.get("maxmemory", 0)) else "the machine's memory"
             old = _kept_old(node, [key for key in kept if node_client(client, key) is node])
             raise StateConflict(
-                "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): lower `capacity` or raise `error_rate`, or pass `force`"
+                "the new filter(s) need %s bytes on one node but it has %s left (%s %s, used %s): "
+                + advice
                 + (KEPT_OLD_HINT if old else ""),
                 f"{size:,}",
                 f"{max(limit - used, 0):,}",

@@ -620,7 +620,12 @@ def _prepare(
         _clear_scratch(client, member)
     sizes = [(member.standby, int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)]
     if not force:
-        check_memory(client, sizes, kept=[member.old for member in families])
+        check_memory(
+            client,
+            sizes,
+            kept=[member.old for member in families],
+            advice="free memory or raise maxmemory, or pass `force`",
+        )
     generation = new_generation()
     writers = []
     for member, described in zip(families, header["members"], strict=True):
