@@ -179,3 +179,42 @@ def test_the_matrix_check_fails_on_a_stale_cell(tmp_path):
     assert check({"a": passed, "b": passed}) == 1
     assert check({"a": passed, "b": no_tls}, server="T") == 1
     assert check({"b": no_tls}) == 1
+
+
+def _example_lines() -> list[tuple[str, list[str]]]:
+    """Every `bloomctl ...` command of the reference's shell blocks and of each command's --help
+    examples (a pipeline's bloomctl parts; redirections and comments left out)."""
+    import shlex
+
+    texts = [("docs/commands.md", block) for block in re.findall(r"```sh\n(.*?)```", COMMANDS, re.S)]
+    for name, command in main.commands.items():
+        for sub in subcommands(command) if isinstance(command, click.Group) else [command]:
+            texts.append((f"bloomctl {name} --help", (sub.help or "").split("Examples:", 1)[-1]))
+    found = []
+    for where, text in texts:
+        for line in text.splitlines():
+            line = line.split(" #", 1)[0].strip()
+            for part in line.split("|"):
+                part = part.strip()
+                if part.startswith("bloomctl "):
+                    words = shlex.split(part.replace("$(", "").replace(")", ""))[1:]
+                    found.append((where, [w for w in words if not re.match(r"^\d?>", w)][: _redirect(words)]))
+    return found
+
+
+def _redirect(words: list[str]) -> int:
+    """The words before an output redirection (`> file`, `2>&1`)."""
+    for index, word in enumerate(words):
+        if re.match(r"^\d?>", word):
+            return index
+    return len(words)
+
+
+def test_every_documented_example_parses():
+    """Each example command line of docs/commands.md and of every --help exists as written: Click
+    parses it (a trailing --help stops before anything runs)."""
+    lines = _example_lines()
+    assert len(lines) > 40
+    for where, words in lines:
+        result = CliRunner().invoke(main, [*words, "--help"])
+        assert result.exit_code == 0, (where, words, result.output)

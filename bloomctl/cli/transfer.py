@@ -58,7 +58,7 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
     Examples:
       bloomctl dump users -o users.bfdump
       bloomctl dump users | gzip > users.bfdump.gz
-      bloomctl --url redis://backup-host:6379 dump 'bf:{users}' -o - | bloomctl restore 'bf:{users}' --swap --yes
+      bloomctl --url redis://backup-host:6379 dump 'bf:{users}' -o - | bloomctl restore 'bf:{users}' --swap
     """
     from bloomctl import dumpfile, transfer
 
@@ -205,7 +205,7 @@ def copy_command(
 
     \b
     Examples:
-      bloomctl --url redis://old-host:6379 copy users --to redis://new-host:6379 --swap --yes
+      bloomctl --url redis://old-host:6379 copy users --to redis://new-host:6379 --swap
       bloomctl copy users --to redis://127.0.0.1:6380 --to-key 'bf:{users}'
     """
     from bloomctl import transfer
