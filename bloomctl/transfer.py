@@ -404,7 +404,10 @@ class StreamedSet:
 
     def __init__(self, node: Any, key: bytes, size: int) -> None:
         self.pool = node.connection_pool
-        self.connection = self.pool.get_connection()
+        try:
+            self.connection = self.pool.get_connection()
+        except TypeError:  # redis-py 5: the command name is a required argument
+            self.connection = self.pool.get_connection("SET")
         self.size, self.sent = size, 0
         try:
             head = b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(key), key, size)
