@@ -370,6 +370,11 @@ def _scrub(text: str, settings: ConnectionSettings) -> str:
     return text.replace(settings.url, settings.redacted_url)
 
 
+def is_redis_error(exc: BaseException) -> bool:
+    """An exception of redis-py's (without importing redis to ask)."""
+    return type(exc).__module__.split(".")[0] == "redis"
+
+
 def connection_error(
     exc: Exception,
     settings: ConnectionSettings,

@@ -21,8 +21,8 @@ from typing import Any
 
 from bloomctl.client import RedisClient
 from bloomctl.keys import KeyFamily, to_bytes, to_display
-from bloomctl.server import ServerInfo
-from bloomctl.topology import is_cluster, node_client, node_name, primaries
+from bloomctl.server import ServerInfo, _text
+from bloomctl.topology import default_node, is_cluster, node_client, node_name, primaries
 
 OK, INFO, WARNING, ERROR = "ok", "info", "warning", "error"
 LEVELS = (OK, INFO, WARNING, ERROR)
@@ -352,10 +352,6 @@ class Report:
         }
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _denied(exc: Exception) -> bool:
     from redis.exceptions import NoPermissionError
 
@@ -475,7 +471,7 @@ class _Doctor:
         server = self.server
         data = {**server.as_dict(), "line": server.line, "description": server.description}
         try:
-            modules = self.client.execute_command("MODULE LIST", **_one_node(self.client))
+            modules = self.client.execute_command("MODULE LIST", **default_node(self.client))
             data["modules"] = [_module(m) for m in modules or []]
         except Exception as exc:
             if not _response_error(exc):
@@ -686,22 +682,12 @@ class _Doctor:
         return Finding("persistence", OK, " and ".join(parts) + ": filters survive a restart", detail)
 
     def check_eviction(self) -> None:
-        found: dict[str, Finding] = {}
-        for node in self.nodes:
-            found[node_name(node)] = self._eviction(node)
-        self.per_node("eviction", found)
+        self.per_node("eviction", {node_name(node): self._eviction(node) for node in self.nodes})
 
     def _eviction(self, node: Any) -> Finding:
-        try:
-            memory = self.node_info(node, "memory")
-        except Exception as exc:
-            if not _response_error(exc):
-                raise
-            return (
-                _not_allowed("eviction", "maxmemory-policy", "INFO memory", exc)
-                if _denied(exc)
-                else _could_not("eviction", "maxmemory-policy", exc)
-            )
+        memory = self._section(node, "eviction", "memory", "maxmemory-policy")
+        if isinstance(memory, Finding):
+            return memory
         policy = _text(memory.get("maxmemory_policy", "?"))
         limit = int(memory.get("maxmemory", 0) or 0)
         detail = {"maxmemory_policy": policy, "maxmemory": limit}
@@ -889,17 +875,11 @@ class _Doctor:
             name, size = entry["key"], entry["size_bytes"]
             standbys = [(KeyFamily.of(m).standby, s) for m, s in entry["members"]]
             builds = [(KeyFamily.of(m).companion("build"), s) for m, s in entry["members"]]
-            node = node_client(self.client, entry["members"][0][0])
-            try:
-                memory = node.info("memory")
-            except Exception as exc:
-                if not _response_error(exc):
-                    raise
-                self.add(
-                    _not_allowed("memory", "the memory in use", "INFO memory", exc)
-                    if _denied(exc)
-                    else _could_not("memory", "the memory in use", exc)
-                )
+            memory = self._section(
+                node_client(self.client, entry["members"][0][0]), "memory", "memory", "the memory in use"
+            )
+            if isinstance(memory, Finding):
+                self.add(memory)
                 return
             used = int(memory.get("used_memory", 0))
             limit = int(memory.get("maxmemory", 0)) or int(memory.get("total_system_memory", 0))
@@ -1134,12 +1114,6 @@ def _response_error(exc: Exception) -> bool:
     return isinstance(exc, ResponseError)
 
 
-def _one_node(client: RedisClient) -> dict[str, Any]:
-    from bloomctl.topology import default_node
-
-    return default_node(client)
-
-
 def _module(raw: Any) -> dict[str, Any]:
     from bloomctl.server import _pairs
 
@@ -1190,7 +1164,7 @@ def _sample_args(call: str, family: KeyFamily) -> list[bytes]:
 def whoami(client: RedisClient) -> str | None:
     """The connected user's name: ACL WHOAMI, else the name the connection was opened with."""
     try:
-        return _text(client.execute_command("ACL WHOAMI", **_one_node(client)))
+        return _text(client.execute_command("ACL WHOAMI", **default_node(client)))
     except Exception as exc:
         if not _response_error(exc):
             raise
@@ -1230,7 +1204,7 @@ class _Checker:
 
     def _dryrun_works(self) -> bool:
         try:
-            self.client.execute_command("ACL DRYRUN", self.user, "PING", **_one_node(self.client))
+            self.client.execute_command("ACL DRYRUN", self.user, "PING", **default_node(self.client))
             return True
         except Exception as exc:
             if not _response_error(exc):

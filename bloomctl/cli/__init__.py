@@ -77,10 +77,6 @@ def _lock_note() -> str:
     return "; the filter's lock is released" if lock is not None and lock.TAKEN[0] else ""
 
 
-def _is_redis_error(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] == "redis"
-
-
 class BloomctlGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -92,9 +88,10 @@ class BloomctlGroup(click.Group):
         except KeyboardInterrupt:
             _fail(ExitCode.INTERRUPTED, "interrupted" + _lock_note(), ctx)
         except Exception as exc:
-            if not _is_redis_error(exc):
+            from bloomctl.connection import connection_error, is_redis_error
+
+            if not is_redis_error(exc):
                 raise
-            from bloomctl.connection import connection_error
 
             app = ctx.find_object(AppContext)
             settings = app.settings if app is not None else None

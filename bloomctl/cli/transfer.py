@@ -209,7 +209,7 @@ def copy_command(
       bloomctl copy users --to redis://127.0.0.1:6380 --to-key 'bf:{users}'
     """
     from bloomctl import transfer
-    from bloomctl.connection import connect, connection_error, settings_from
+    from bloomctl.connection import connect, connection_error, is_redis_error, settings_from
     from bloomctl.defaults import PASSWORD_ENV
     from bloomctl.server import detect
 
@@ -234,7 +234,7 @@ def copy_command(
             events=_log,
         )
     except Exception as exc:
-        if type(exc).__module__.split(".")[0] != "redis":
+        if not is_redis_error(exc):
             raise
         raise connection_error(
             exc, settings, password_env=TO_PASSWORD_ENV, password_option="to_password_file"
@@ -247,12 +247,12 @@ def copy_command(
 
 def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
     """The source's chunks; a redis error while reading them names the source, not the target."""
-    from bloomctl.connection import connection_error
+    from bloomctl.connection import connection_error, is_redis_error
 
     try:
         yield from chunks
     except Exception as exc:
-        if type(exc).__module__.split(".")[0] != "redis":
+        if not is_redis_error(exc):
             raise
         raise connection_error(exc, settings) from None
 
