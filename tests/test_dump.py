@@ -99,8 +99,14 @@ def test_a_dump_file_is_written_whole_or_not_at_all(target, tmp_path):
     missing = target.cli("dump", "nosuch", "-o", str(tmp_path / "nosuch.bfdump"))
     assert missing.exit_code == 5 and "does not exist" in missing.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["users.bfdump"]  # no partial file left
+    target.add("users", ["added:later"])
     assert target.cli("dump", "users", "-o", str(path), "--overwrite").exit_code == 0
-    assert path.read_bytes() == dump_bytes(target, "users")[:0] + path.read_bytes()
+    from bloomctl import dumpfile
+
+    with open(path, "rb") as replaced:  # the new dump, whole: it reads to its end and counts the new item
+        reader = dumpfile.Reader(replaced)
+        assert sum(len(chunk.data) for chunk in reader.chunks()) > 0
+    assert reader.header["key"] == "users" and reader.header["items"] == target.card("users")
 
 
 def _corruptions(data: bytes) -> dict[str, tuple[bytes, str]]:
@@ -698,3 +704,33 @@ def test_a_dump_only_reads(plain, cli):
     assert result.exit_code == 0, result.stderr
     assert client.execute_command("FUNCTION", "LIST") == []
     assert {key: client.dump(key) for key in client.keys("*")} == before
+
+
+def test_copy_to_a_server_that_is_not_there(plain, cli):
+    """One line, exit 3, naming the target (not the source); the source is untouched."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    before = {key: client.dump(key) for key in client.keys("*")}
+    result = cli("--connect-timeout", "0.5", "copy", "users", "--to", "redis://127.0.0.1:1/0", url=plain.url)
+    assert result.exit_code == 3 and "127.0.0.1:1" in result.stderr and str(plain.port) not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert {key: client.dump(key) for key in client.keys("*")} == before
+
+
+def test_restore_onto_a_key_of_another_type(plain, cli):
+    """KEY holds someone else's data (a list): exit 5, the key named, the list untouched."""
+    from bloomctl.backends import get
+    from bloomctl.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
+    get("bitmap").madd(client, b"users", ITEMS[:10])
+    data = cli("dump", "users", url=plain.url).stdout_bytes
+    client.rpush("queue", "job:1")
+    result = cli("restore", "queue", "--swap", input=data, url=plain.url)
+    assert result.exit_code == 5 and "'queue'" in result.stderr and "list" in result.stderr, result.stderr
+    assert client.lrange("queue", 0, -1) == [b"job:1"] and not client.exists("{queue}:restore", "{queue}:standby")
