@@ -182,18 +182,15 @@ class Loader:
         reply = target.conn.read_response()
         if isinstance(reply, Exception):
             raise reply
-        added = reply.count(1)  # list.count runs in C: this path is hot, so no Python loop on success
-        if len(reply) != expected or (added != expected and added + reply.count(0) != expected):
-            # BF.INSERT stops at the first error (a shorter reply ending in it); anything else is unexpected
-            errors = [flag for flag in reply if isinstance(flag, Exception)]
-            detail = str(errors[0]) if errors else f"{len(reply)} results for a batch of {expected}: {reply[:3]}"
-            if "full" in detail:
+        added = self.backend.count_added(reply, expected)
+        if isinstance(added, str):  # BF.INSERT stops at its first error; CF.INSERT answers -1 where it found no slot
+            if "full" in added or "no room" in added or "Maximum expansions" in added:
                 raise StateConflict(
                     "writing to %r failed: %s: the filter reached its capacity (raise `capacity` or `headroom`)",
                     to_display(target.key),
-                    detail,
+                    added,
                 )
-            raise StateConflict("writing to %r failed: %s", to_display(target.key), detail)
+            raise StateConflict("writing to %r failed: %s", to_display(target.key), added)
         self.stats.added += added
         self.stats.duplicates += expected - added
         target.added += added

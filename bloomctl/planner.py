@@ -146,6 +146,8 @@ class SubFilter:
 
 @dataclass(frozen=True)
 class Plan:
+    kind = "bloom"  # the filter type (a CuckooPlan's is "cuckoo")
+
     capacity: int
     error_rate: float
     expansion: int | None  # None: NONSCALING

@@ -25,7 +25,22 @@ BF_COMMANDS = (
     "bf.scandump",
     "bf.loadchunk",
 )
+CF_COMMANDS = (
+    "cf.reserve",
+    "cf.insert",
+    "cf.mexists",
+    "cf.del",
+    "cf.count",
+    "cf.info",
+    "cf.scandump",
+    "cf.loadchunk",
+)
+PROBED = BF_COMMANDS + CF_COMMANDS
 
+NO_CUCKOO_HELP = (
+    "load RedisBloom, run Redis 8 (CF.* built in) or Redis Stack, or use the module-free cuckoo filter "
+    "(`backend` module-free)"
+)
 NO_BLOOM_HELP = (
     "load RedisBloom (redis.conf: loadmodule /path/to/redisbloom.so), run Redis 8 (BF.* built in) or "
     "Redis Stack, or use the module-free bitmap backend (`backend` bitmap)"
@@ -44,6 +59,14 @@ class ServerInfo:
     @property
     def has_bloom(self) -> bool:
         return "bf.reserve" in self.commands
+
+    @property
+    def has_cuckoo(self) -> bool:
+        return "cf.reserve" in self.commands
+
+    def require_cuckoo(self) -> None:
+        if not self.has_cuckoo:
+            raise UnsupportedServer("%s has no CF.* commands: " + NO_CUCKOO_HELP, self.description)
 
     @property
     def line(self) -> str:
@@ -107,11 +130,9 @@ def detect(client: RedisClient) -> ServerInfo:
 
     try:
         # "COMMAND INFO" as one word skips redis-py's COMMAND parser, which fails on unknown names (nil)
-        replies = client.execute_command("COMMAND INFO", *BF_COMMANDS, **node)
+        replies = client.execute_command("COMMAND INFO", *PROBED, **node)
         commands = frozenset(
-            name
-            for name, reply in zip(BF_COMMANDS, _command_info_list(replies, len(BF_COMMANDS)), strict=False)
-            if reply
+            name for name, reply in zip(PROBED, _command_info_list(replies, len(PROBED)), strict=False) if reply
         )
     except NoPermissionError:
         commands = _probe_bloom(client)
@@ -127,7 +148,7 @@ def detect(client: RedisClient) -> ServerInfo:
             ver = fields.get("ver")
             module_version = _format_module_version(int(ver)) if isinstance(ver, int) else _text(ver)
 
-    if not commands:
+    if not commands & set(BF_COMMANDS):
         flavour = "none"
     elif product in ("dragonfly", "kvrocks"):
         flavour = product
@@ -139,25 +160,30 @@ def detect(client: RedisClient) -> ServerInfo:
 
 
 def _probe_bloom(client: RedisClient) -> frozenset[str]:
-    """Without COMMAND, ask BF.INFO about a key that does not exist: 'not found' means BF.* is there."""
-    from redis.exceptions import ResponseError
+    """Without COMMAND, ask BF.INFO and CF.INFO about a key that does not exist: 'not found' means
+    that family of commands is there."""
+    from redis.exceptions import NoPermissionError, ResponseError
 
-    try:
-        client.execute_command("BF.INFO", "bloomctl:probe:missing")
-    except ResponseError as exc:
-        text = str(exc).lower()
-        if "unknown command" in text:
-            return frozenset()
-        if "not found" in text:
-            return frozenset(BF_COMMANDS)
-        raise
-    return frozenset(BF_COMMANDS)
+    found: set[str] = set()
+    for command, family in (("BF.INFO", BF_COMMANDS), ("CF.INFO", CF_COMMANDS)):
+        try:
+            client.execute_command(command, "bloomctl:probe:missing")
+        except NoPermissionError:
+            continue  # not allowed for this user: as good as absent
+        except ResponseError as exc:
+            text = str(exc).lower()
+            if "unknown command" in text:
+                continue
+            if "not found" not in text:
+                raise
+        found.update(family)
+    return frozenset(found)
 
 
 def _command_info_list(replies: Any, count: int) -> list[Any]:
     """COMMAND INFO comes back as a list (or a dict when redis-py parses it): one entry per name."""
     if isinstance(replies, dict):
-        return [replies.get(name) or replies.get(name.encode()) for name in BF_COMMANDS]
+        return [replies.get(name) or replies.get(name.encode()) for name in PROBED]
     replies = list(replies or [])
     return replies + [None] * (count - len(replies))
 

@@ -1,16 +1,19 @@
-"""Backends: the commands that create, read and fill one Bloom filter on the server.
+"""Backends: the commands that create, read and fill one filter on the server.
 
-The lifecycle (reserve, info, fill-ratio, swap, ...) talks only to this seam. Two backends
-implement it: ``redisbloom`` (the BF.* commands) and ``bitmap`` (a plain string hashed by
-server-side Lua, for servers without modules). Every method takes the redis-py client
-explicitly (standalone or cluster). This module is the registry: it picks a backend for a new
-filter and recognises an existing key's backend from the key itself.
+The lifecycle (reserve, info, fill-ratio, swap, ...) talks only to this seam. Four backends
+implement it, two per filter type: Bloom filters on ``redisbloom`` (the BF.* commands) and
+``bitmap`` (a plain string hashed by server-side Lua, for servers without modules); cuckoo
+filters on ``redisbloom-cuckoo`` (CF.*) and ``lua-cuckoo`` (a string, the same function library).
+Every method takes the redis-py client explicitly (standalone or cluster). This module is the
+registry: it picks a backend for a new filter and recognises an existing key's backend from the
+key itself.
 """
 
 from __future__ import annotations
 
-from bloomctl.backends.base import Backend, FilterState, SubFilterState
+from bloomctl.backends.base import Backend, CuckooState, FilterState, SubFilterState
 from bloomctl.backends.bitmap import Bitmap
+from bloomctl.backends.cuckoo import LuaCuckoo, RedisBloomCuckoo
 from bloomctl.backends.redisbloom import RedisBloom
 from bloomctl.client import RedisClient
 from bloomctl.defaults import AUTO
@@ -18,13 +21,41 @@ from bloomctl.errors import KeyMissing, UsageError, WrongType
 from bloomctl.keys import to_display
 from bloomctl.server import ServerInfo
 
-__all__ = ["AUTO", "Backend", "FilterState", "SubFilterState", "choose", "for_key", "get", "key_type", "names"]
+__all__ = [
+    "AUTO",
+    "Backend",
+    "CuckooState",
+    "FilterState",
+    "SubFilterState",
+    "choose",
+    "for_key",
+    "get",
+    "key_type",
+    "names",
+]
 
-_BACKENDS: dict[str, Backend] = {"redisbloom": RedisBloom(), "bitmap": Bitmap()}
+_BACKENDS: dict[str, Backend] = {
+    "redisbloom": RedisBloom(),
+    "bitmap": Bitmap(),
+    "redisbloom-cuckoo": RedisBloomCuckoo(),
+    "lua-cuckoo": LuaCuckoo(),
+}
+BLOOM, CUCKOO = "bloom", "cuckoo"
+KINDS = (BLOOM, CUCKOO)
+MODULE_FREE = "module-free"  # --backend for either type's module-free backend (bitmap, lua-cuckoo)
+# (--type, --backend) -> the backend
+_BY_CHOICE = {
+    (BLOOM, "redisbloom"): "redisbloom",
+    (BLOOM, "bitmap"): "bitmap",
+    (BLOOM, MODULE_FREE): "bitmap",
+    (CUCKOO, "redisbloom"): "redisbloom-cuckoo",
+    (CUCKOO, MODULE_FREE): "lua-cuckoo",
+    (CUCKOO, "bitmap"): "lua-cuckoo",  # the module-free one, whatever the name says
+}
 
 
 def get(name: str) -> Backend:
-    """The backend called ``name`` (``redisbloom`` or ``bitmap``)."""
+    """The backend called ``name`` (``redisbloom``, ``bitmap``, ``redisbloom-cuckoo``, ``lua-cuckoo``)."""
     try:
         return _BACKENDS[name]
     except KeyError:
@@ -35,13 +66,30 @@ def names() -> list[str]:
     return list(_BACKENDS)
 
 
-def choose(server: ServerInfo, requested: str = AUTO) -> Backend:
-    """The backend for a new filter: RedisBloom where the server has BF.*, else the bitmap one."""
-    if requested == AUTO:
-        return get("redisbloom" if server.has_bloom else "bitmap")
-    if requested == "redisbloom":
+def choose(server: ServerInfo, requested: str = AUTO, kind: str = BLOOM) -> Backend:
+    """The backend for a new filter of type ``kind``: RedisBloom's where the server has its commands
+    (BF.*, CF.*), else the module-free one. ``requested`` is a backend's name, or (with ``kind``)
+    auto, redisbloom, module-free or bitmap."""
+    if kind not in KINDS:
+        raise UsageError("unknown filter type %r: choose bloom or cuckoo", kind)
+    if requested in _BACKENDS and requested not in ("redisbloom", "bitmap"):
+        chosen = get(requested)
+        if chosen.kind != kind:
+            raise UsageError("the %s backend keeps %s filters, not %s filters", requested, chosen.kind, kind)
+    elif requested == AUTO:
+        if kind == CUCKOO:
+            chosen = get("redisbloom-cuckoo" if server.has_cuckoo else "lua-cuckoo")
+        else:
+            chosen = get("redisbloom" if server.has_bloom else "bitmap")
+    elif (kind, requested) in _BY_CHOICE:
+        chosen = get(_BY_CHOICE[(kind, requested)])
+    else:
+        raise UsageError("unknown backend %r: choose auto, redisbloom or module-free", requested)
+    if chosen.name == "redisbloom":
         server.require_bloom()
-    return get(requested)
+    elif chosen.name == "redisbloom-cuckoo":
+        server.require_cuckoo()
+    return chosen
 
 
 TYPE_NAMES = {
@@ -51,7 +99,8 @@ TYPE_NAMES = {
     b"set": "a set",
     b"zset": "a sorted set",
     b"stream": "a stream",
-    b"MBbloomCF": "a cuckoo filter",
+    b"MBbloomCF": "a RedisBloom cuckoo filter",
+    b"MBbloom--": "a RedisBloom Bloom filter",
     b"ReJSON-RL": "a JSON document",
 }
 

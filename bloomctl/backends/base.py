@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan, full_load, lookup_fpr
 from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EXPANSION
 from bloomctl.errors import UsageError
 from bloomctl.planner import Plan, estimated_fpr, validate_expansion
+
+AnyPlan = Plan | CuckooPlan  # a Bloom filter's plan, or a cuckoo filter's
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class SubFilterState:
 class FilterState:
     """A filter's numbers as reported by the server, plus what follows from them."""
 
+    kind = "bloom"  # the filter type: bloom, or cuckoo (CuckooState)
+
     backend: str
     capacity: int
     size_bytes: int
@@ -110,6 +115,7 @@ class FilterState:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "type": self.kind,
             "backend": self.backend,
             "capacity": self.capacity,
             "reserved_capacity": self.reserved_capacity,
@@ -125,14 +131,113 @@ class FilterState:
         }
 
 
+@dataclass(frozen=True)
+class CuckooSubState:
+    """One sub-filter of a cuckoo filter: its buckets, and (measured) how many slots hold a fingerprint."""
+
+    index: int
+    buckets: int
+    bucket_size: int
+    occupied: int | None = None  # exact, from a scan of the slots; None until measured
+
+    @property
+    def slots(self) -> int:
+        return self.buckets * self.bucket_size
+
+    def as_dict(self, fingerprint_bits: int) -> dict[str, Any]:
+        load = None if self.occupied is None else self.occupied / self.slots
+        return {
+            "index": self.index,
+            "buckets": self.buckets,
+            "slots": self.slots,
+            "occupied": self.occupied,
+            "load_factor": load,
+            "estimated_fpr": None if load is None else lookup_fpr(load, self.bucket_size, fingerprint_bits),
+        }
+
+
+@dataclass(frozen=True)
+class CuckooState(FilterState):
+    """A cuckoo filter's numbers (CF.INFO, or the module-free filter's header). ``capacity`` is every
+    sub-filter's slots, ``fill_ratio`` the load factor (items / slots), judged against the load at
+    which inserts start to fail (``full_load``, measured per bucket size and MAXITERATIONS)."""
+
+    kind = "cuckoo"
+
+    buckets: int = 0  # of the first sub-filter
+    bucket_size: int = 0
+    max_iterations: int = 0
+    deletes: int = 0
+    fingerprint_bits: int = 8
+    engine: str = "redisbloom"
+    cuckoo_subs: tuple[CuckooSubState, ...] = ()
+
+    @property
+    def reserved_capacity(self) -> int:
+        return self.buckets * self.bucket_size
+
+    @property
+    def load_factor(self) -> float:
+        return self.items / self.capacity if self.capacity else 0.0
+
+    @property
+    def fill_ratio(self) -> float:
+        return self.load_factor
+
+    @property
+    def full_load(self) -> float:
+        return full_load(self.bucket_size, self.max_iterations, self.engine)
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.cuckoo_subs) and all(sub.occupied is not None for sub in self.cuckoo_subs)
+
+    @property
+    def estimated_fpr(self) -> float | None:
+        """1 - prod(1 - fpr_i) over the sub-filters: measured loads with ``exact``, else the items
+        spread over every slot."""
+        if not self.capacity:
+            return None
+        if self.exact:
+            survive = 1.0
+            for sub in self.cuckoo_subs:
+                survive *= 1 - lookup_fpr((sub.occupied or 0) / sub.slots, self.bucket_size, self.fingerprint_bits)
+            return 1 - survive
+        return lookup_fpr(self.load_factor, self.bucket_size, self.fingerprint_bits, max(self.filters, 1))
+
+    def as_dict(self) -> dict[str, Any]:
+        data = super().as_dict()
+        data.update(
+            load_factor=self.load_factor,
+            full_load=self.full_load,
+            deleted=self.deletes,
+            buckets=self.buckets,
+            bucket_size=self.bucket_size,
+            max_iterations=self.max_iterations,
+            fingerprint_bits=self.fingerprint_bits,
+            subfilters=[sub.as_dict(self.fingerprint_bits) for sub in self.cuckoo_subs],
+        )
+        return data
+
+
+def cuckoo_subs(buckets: int, bucket_size: int, growth: int, filters: int) -> tuple[CuckooSubState, ...]:
+    """Sub-filter i has ``buckets * growth^i`` buckets (RedisBloom's CuckooFilter_Grow)."""
+    return tuple(CuckooSubState(i, buckets * max(growth, 1) ** i, bucket_size) for i in range(filters))
+
+
 class Backend(ABC):
     """One way of keeping a Bloom filter on a Redis server."""
 
     name: str
+    kind = "bloom"  # the filter type it keeps: bloom or cuckoo
     redis_type: bytes  # what TYPE answers for a key of this backend
     magic: bytes = b""  # what the value starts with, where TYPE alone does not tell (checked by SWAP_LUA)
     grows: bool = True  # whether a full filter adds sub-filters (EXPANSION) rather than filling up
     batch_size: int = DEFAULT_BATCH_SIZE  # items per add command: well under 20 ms on the server
+
+    def batch_for(self, plan: AnyPlan) -> int:
+        """Items per add command for a filter of ``plan``: well under 20 ms on the server."""
+        return self.batch_size
 
     def expansion_for(self, expansion: int | None, nonscaling: bool, recorded: str | None = None) -> int | None:
         """The planner's expansion (None: NONSCALING) from the options, else from the ``recorded``
@@ -152,13 +257,19 @@ class Backend(ABC):
         return int(recorded) if recorded else DEFAULT_EXPANSION
 
     @abstractmethod
-    def check_plan(self, plan: Plan, line: str | None = None) -> Plan:
+    def check_plan(self, plan: AnyPlan, line: str | None = None) -> AnyPlan:
         """The plan as this backend builds it on the server ``line`` (``ServerInfo.line``; None: as
         given), or a UsageError when it cannot hold it."""
 
     @abstractmethod
-    def size_bytes(self, plan: Plan) -> int:
+    def size_bytes(self, plan: AnyPlan) -> int:
         """What ``info`` will report as the size of a new filter with this plan."""
+
+    def bloom_plan(self, plan: AnyPlan) -> Plan:
+        """``plan`` when it is a Bloom filter's; a cuckoo plan is refused."""
+        if not isinstance(plan, Plan):
+            raise UsageError("the %s backend keeps Bloom filters: give a Bloom filter plan (`error_rate`)", self.name)
+        return plan
 
     @abstractmethod
     def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
@@ -169,7 +280,7 @@ class Backend(ABC):
         return keys
 
     @abstractmethod
-    def reserve(self, client: RedisClient, key: bytes, plan: Plan) -> None: ...
+    def reserve(self, client: RedisClient, key: bytes, plan: AnyPlan) -> None: ...
 
     @abstractmethod
     def info(self, client: RedisClient, key: bytes, *, with_header: bool = True) -> FilterState: ...
@@ -201,3 +312,12 @@ class Backend(ABC):
     def parse_flags(reply: Sequence[Any]) -> list[bool]:
         """A reply of MADD/MEXISTS form: one 1 or 0 per item."""
         return [flag == 1 for flag in reply]
+
+    def count_added(self, reply: Sequence[Any], expected: int) -> int | str:
+        """The items an add command's reply says were new, or what went wrong (text). A Bloom
+        filter's add answers 1 (new) or 0 (seen) per item, and stops at the first error."""
+        added = reply.count(1)  # list.count runs in C: this path is hot, so no Python loop on success
+        if len(reply) == expected and (added == expected or added + reply.count(0) == expected):
+            return added
+        errors = [flag for flag in reply if isinstance(flag, Exception)]
+        return str(errors[0]) if errors else f"{len(reply)} results for a batch of {expected}: {reply[:3]}"

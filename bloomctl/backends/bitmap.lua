@@ -1,11 +1,10 @@
-#!lua name=bloomctl
 -- bloomctl's module-free Bloom filter: one Redis string per filter, hashed on the server.
 -- Layout (big-endian): magic "bloomctl" | u8 format | u8 hash scheme | u16 0 | u32 k | u64 m (bits)
 -- | u64 capacity | f64 error rate | i64 items added | 16 zero bytes | m bits (bit i at string bit 512 + i).
 -- Positions of an item: hex = SHA1(item); h1 = first 12 hex digits, h2 = next 12 (48-bit integers);
 -- p0 = h1 mod m, step = h2 mod m (1 if that is 0), p(i+1) = (p(i) + step) mod m, for i < k.
 
-local LIB_VERSION = 2
+do
 local FORMAT = 1
 local SCHEME = 1
 local MAGIC = 'bloomctl'
@@ -191,14 +190,13 @@ local function version(keys, args)
   return LIB_VERSION
 end
 
-local HANDLERS = {
-  reserve = {reserve, false},
-  add = {add, false},
-  madd = {madd, false},
-  exists = {exists, true},
-  mexists = {mexists, true},
-  info = {info, true},
-  card = {card, true},
-  bitcount = {bitcount, true},
-  version = {version, true},
-}
+HANDLERS.reserve = {reserve, false}
+HANDLERS.add = {add, false}
+HANDLERS.madd = {madd, false}
+HANDLERS.exists = {exists, true}
+HANDLERS.mexists = {mexists, true}
+HANDLERS.info = {info, true}
+HANDLERS.card = {card, true}
+HANDLERS.bitcount = {bitcount, true}
+HANDLERS.version = {version, true}
+end

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from bloomctl.backends.base import Backend, FilterState, SubFilterState
+from bloomctl.backends.base import AnyPlan, Backend, FilterState, SubFilterState
 from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
@@ -81,17 +81,20 @@ class RedisBloom(Backend):
         except redis.exceptions.ResponseError as exc:
             raise _bf_error(exc, key) from None
 
-    def check_plan(self, plan: Plan, line: str | None = None) -> Plan:
+    def check_plan(self, plan: AnyPlan, line: str | None = None) -> Plan:
         """Redis 8 takes an error rate above 0.25 as 0.25 and refuses a capacity above 2**30."""
+        plan = self.bloom_plan(plan)
         return for_line(plan, line) if line in ("redis8", "redisbloom2") else plan
 
-    def size_bytes(self, plan: Plan) -> int:
+    def size_bytes(self, plan: AnyPlan) -> int:
+        plan = self.bloom_plan(plan)
         return plan.size_bytes
 
     def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
         return kind == self.redis_type
 
-    def reserve(self, client: RedisClient, key: bytes, plan: Plan) -> None:
+    def reserve(self, client: RedisClient, key: bytes, plan: AnyPlan) -> None:
+        plan = self.bloom_plan(plan)
         args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
         args += ["EXPANSION", plan.expansion] if plan.scaling else ["NONSCALING"]
         self.call(client, key, *args)
