@@ -43,9 +43,10 @@ PASSWORD_NOTE = (
 # {restore_meta} stand for
 # the filter's key family (bloomctl/keys.py). A prefix says when the call is made:
 #   bf:      the RedisBloom backend (the server has BF.*)
-#   bitmap:  the bitmap backend, either way it runs its Lua
-#   fn:      the bitmap backend through Redis Functions (Redis 7+, Valkey)
-#   script:  the bitmap backend through EVALSHA (servers without Functions)
+#   cf:      RedisBloom's cuckoo filters (CF.*) are in use
+#   bitmap:  a module-free backend (bitmap, or the cuckoo filter), either way it runs its Lua
+#   fn:      the module-free backends through Redis Functions (Redis 7+, Valkey)
+#   script:  the module-free backends through EVALSHA (servers without Functions)
 #   cluster: a Redis Cluster (redis-py's own discovery)
 # Calls marked "(lua)" are made by bloomctl's Lua (scripts and the function library).
 
@@ -80,6 +81,9 @@ READ = (
     "bitmap:STRLEN {key}",  # also (lua)
     "fn:FCALL_RO bloomctl_info 1 {key}",
     "bitmap:BITCOUNT {key} 64 -1",  # (lua) info --exact
+    "cf:CF.INFO {key}",
+    "cf:CF.SCANDUMP {key} 0",  # info --exact
+    "fn:FCALL_RO bloomctl_cf_info 1 {key}",
 )
 LOCK = (
     "SET {lock} v NX PX 30000",
@@ -113,6 +117,8 @@ CUTOVER = (
     "bitmap:STRLEN {standby}",
     "fn:FCALL_RO bloomctl_info 1 {standby}",
     "fn:FCALL_RO bloomctl_card 1 {standby}",
+    "cf:CF.INFO {standby}",
+    "fn:FCALL_RO bloomctl_cf_info 1 {standby}",
 )
 RESERVE = (
     *READ,
@@ -129,6 +135,8 @@ RESERVE = (
     "fn:FCALL bloomctl_reserve 1 {key} 64 1 1 0.01",
     "bitmap:SET {key} v NX",  # also (lua); a large bitmap filter arrives whole
     "bitmap:SETRANGE {key} 0 x",  # (lua)
+    "cf:CF.RESERVE {key} 1000 BUCKETSIZE 2 MAXITERATIONS 20 EXPANSION 1",
+    "fn:FCALL bloomctl_cf_reserve 1 {key} 512 2 2 20 1000 0.01",
 )
 WRITE_STANDBY = (
     "UNLINK {standby} {standby_meta}",  # also (lua), a left-over standby
@@ -165,6 +173,23 @@ WRITE_STANDBY = (
     "bitmap:GETRANGE {probe} 0 63",
     "PEXPIRE {probe} 600000",
     "UNLINK {probe}",
+    # a cuckoo filter's rebuild: its load, then the replay of the application's writes (docs/cuckoo.md)
+    "TYPE {standby_log}",
+    "UNLINK {standby} {standby_meta} {standby_log}",  # also (lua)
+    "cf:CF.RESERVE {standby} 1000 BUCKETSIZE 2 MAXITERATIONS 20 EXPANSION 1",
+    "cf:CF.INSERT {standby} NOCREATE ITEMS x",  # also (lua)
+    "cf:CF.MEXISTS {standby} x",
+    "cf:CF.INFO {standby}",
+    "cf:CF.DEL {standby} x",  # (lua)
+    "fn:FCALL bloomctl_cf_reserve 1 {standby} 512 2 2 20 1000 0.01",
+    "fn:FCALL bloomctl_cf_madd 1 {standby} x",
+    "fn:FCALL_RO bloomctl_cf_mexists 1 {standby} x",
+    "LRANGE {standby_log} 0 999",
+    "fn:FCALL bloomctl_cf_replay 4 {standby} {standby_meta} {standby_log} {lock} v t 0",
+    f"script:EVALSHA {_SHA} 4 {{standby}} {{standby_meta}} {{standby_log}} {{lock}} cf_replay v t 0",
+    "LTRIM {standby_log} 0 -1",  # (lua)
+    "LLEN {standby_log}",  # (lua)
+    "HSET {standby_meta} dual direct",  # (lua)
 )
 # dump reads the filter (and, to see that no swap happened meanwhile, its metadata and old key);
 # restore loads a scratch key {restore} with its metadata {restore_meta}, then replaces the standby
@@ -175,6 +200,7 @@ DUMP = (
     "HMGET {old_meta} generation created_at",
     "EXISTS {old}",
     "bitmap:GETRANGE {key} 0 1048575",
+    "cf:CF.SCANDUMP {key} 0",
 )
 RESTORE = (
     *READ,
@@ -195,6 +221,13 @@ RESTORE = (
     "bitmap:GETRANGE {restore} 0 63",
     "bitmap:STRLEN {restore}",
     "fn:FCALL_RO bloomctl_info 1 {restore}",
+    "cf:CF.LOADCHUNK {restore} 1 x",
+    "cf:CF.RESERVE {restore} 1000 BUCKETSIZE 2 MAXITERATIONS 20 EXPANSION 1",  # an empty cuckoo filter
+    "cf:CF.INFO {restore}",
+    "cf:DUMP {restore}",  # RedisBloom 2.x with replicas: the loaded filter written again, whole
+    "cf:PTTL {restore}",
+    "cf:RESTORE {restore} 3600000 x REPLACE",
+    "fn:FCALL_RO bloomctl_cf_info 1 {restore}",
     f"EVALSHA {_SHA} 5 {{restore}} {{restore_meta}} {{standby}} {{standby_meta}} {{lock}} v",
     "HGET {restore_meta} generation",  # (lua)
     "EXISTS {restore}",  # (lua)
@@ -254,10 +287,44 @@ APPLICATION = (
     "script:SCRIPT LOAD return",
     "bitmap:GETBIT {key} 0",
     "bitmap:BITFIELD {standby} GET u1 0",
+    # cuckoo filters: lookups, adds, deletes, and the dual writes of a rebuild (bloomctl_cf_dual)
+    "cf:CF.EXISTS {key} x",
+    "cf:CF.MEXISTS {key} x",
+    "cf:CF.ADD {key} x",
+    "cf:CF.INSERT {key} NOCREATE ITEMS x",  # also (lua)
+    "cf:CF.DEL {key} x",  # also (lua)
+    "cf:CF.COUNT {key} x",
+    "fn:FCALL bloomctl_cf_madd 1 {key} x",
+    "fn:FCALL bloomctl_cf_mdel 1 {key} x",
+    "fn:FCALL_RO bloomctl_cf_mexists 1 {key} x",
+    "fn:FCALL_RO bloomctl_cf_count 1 {key} x",
+    "fn:FCALL bloomctl_cf_dual 4 {key} {standby} {standby_meta} {standby_log} add x",
+    f"script:EVALSHA {_SHA} 4 {{key}} {{standby}} {{standby_meta}} {{standby_log}} cf_dual add x",
+    "EXISTS {standby}",  # (lua)
+    "HMGET {standby_meta} state dual",  # (lua)
+    "RPUSH {standby_log} x",  # (lua)
+    "PEXPIRE {standby_log} 86400000",  # (lua)
+    "HSET {standby_meta} dual_error v",  # (lua)
+    "bitmap:SETRANGE {key} 0 x",  # (lua) the module-free cuckoo filter's slots
+    # time-windowed filters: adds to the current bucket, lookups over the window (docs/windows.md)
+    "fn:FCALL bloomctl_window_add 1 {key} x",
+    "fn:FCALL_RO bloomctl_window_exists 1 {key} x",
+    f"script:EVALSHA {_SHA} 1 {{key}} window_add x",
+    "HMGET {key} bloomctl_window period",  # (lua)
+    "TIME",  # (lua) the current bucket is the server's
+    "EXISTS {bucket}",  # (lua)
+    "bf:BF.INSERT {bucket} NOCREATE ITEMS x",  # (lua)
+    "bf:BF.MEXISTS {bucket} x",  # (lua)
+    "cf:CF.INSERTNX {bucket} NOCREATE ITEMS x",  # (lua)
+    "cf:CF.MEXISTS {bucket} x",  # (lua)
+    "bitmap:GETRANGE {bucket} 0 63",  # (lua)
+    "bitmap:BITFIELD {bucket} GET u1 0",  # (lua)
+    "bitmap:GETBIT {bucket} 0",  # (lua)
+    "bitmap:SETRANGE {bucket} 0 x",  # (lua)
 )
 
 CONTAINERS = frozenset({"acl", "client", "cluster", "command", "config", "function", "memory", "module", "script"})
-CONDITIONS = ("bf", "bitmap", "fn", "script", "cluster")
+CONDITIONS = ("bf", "cf", "bitmap", "fn", "script", "cluster")
 
 
 def acl_name(call: str) -> str:
@@ -1096,7 +1163,9 @@ class _Doctor:
         found = set()
         if "redisbloom" in backends_in_use:
             found.add("bf")
-        if "bitmap" in backends_in_use:
+        if "redisbloom-cuckoo" in backends_in_use:
+            found |= {"cf", "fn" if self.bitmap_mode in (None, FUNCTIONS) else "script"}  # its dual writes
+        if {"bitmap", "lua-cuckoo"} & backends_in_use:
             found |= {"bitmap", "fn" if self.bitmap_mode in (None, FUNCTIONS) else "script"}
         if self.cluster:
             found.add("cluster")
@@ -1142,7 +1211,9 @@ def _failing_nodes(nodes: Any) -> list[tuple[str, list[str]]]:
 
 # --- what the user may run -------------------------------------------------------------------------
 
-_ROLE = re.compile(r"\{(key|standby|old|lock|meta|standby_meta|old_meta|build|probe|restore|restore_meta)\}")
+_ROLE = re.compile(
+    r"\{(key|standby|old|lock|meta|standby_meta|old_meta|build|probe|restore|restore_meta|standby_log|bucket)\}"
+)
 
 
 def _sample_args(call: str, family: KeyFamily) -> list[bytes]:
@@ -1153,6 +1224,8 @@ def _sample_args(call: str, family: KeyFamily) -> list[bytes]:
         "probe": family.companion("probe:0"),
         "restore": family.companion("restore"),
         "restore_meta": family.companion("restore:meta"),
+        "standby_log": family.standby_log,
+        "bucket": family.companion("2026-01-01"),  # a time-windowed filter's bucket (docs/windows.md)
     }
     args: list[bytes] = []
     for word in call.split():

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomctl import backends
-from bloomctl.backends import FilterState
+from bloomctl.backends import CuckooState, FilterState
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import WARN_SHARE
 from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import hash_tag, to_bytes, to_display
@@ -83,26 +84,45 @@ def resolve_keys(client: RedisClient, keys: list[str | bytes]) -> list[bytes]:
 
 @dataclass(frozen=True)
 class Thresholds:
-    warn: float | None = None  # None: DEFAULT_WARN, or max when that is lower
-    max: float = DEFAULT_MAX_FILL
+    """The fill-ratio limits. Left out (None), each filter type has its own: a Bloom filter warns at
+    0.8 and fails above 1.0 (items / reserved capacity); a cuckoo filter fails at the load where its
+    inserts start to fail (measured per bucket size and MAXITERATIONS) and warns at 80% of that."""
+
+    warn: float | None = None
+    max: float | None = None
     max_fpr: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.max > 0:  # (first: the default warn follows max)
+        if self.max is not None and not self.max > 0:  # (first: the default warn follows max)
             raise UsageError("`max` must be positive, got %s", self.max)
-        if self.warn is None:
-            object.__setattr__(self, "warn", min(DEFAULT_WARN, self.max))
-        if not self.warn_at > 0:
+        if self.warn is not None and not self.warn > 0:
             raise UsageError("`warn` must be positive, got %s", self.warn)
-        if self.warn_at > self.max:
-            raise UsageError("`warn` (%s) must not be above `max` (%s)", self.warn, self.max)
+        if self.warn is not None and self.warn > (self.max if self.max is not None else DEFAULT_MAX_FILL):
+            raise UsageError(
+                "`warn` (%s) must not be above `max` (%s)",
+                self.warn,
+                self.max if self.max is not None else DEFAULT_MAX_FILL,
+            )
         if self.max_fpr is not None and not 0 < self.max_fpr < 1:
             raise UsageError("`max_fpr` must be strictly between 0 and 1, got %s", self.max_fpr)
 
     @property
     def warn_at(self) -> float:
-        """The warn threshold in effect (``warn``, or its default once resolved)."""
-        return min(DEFAULT_WARN, self.max) if self.warn is None else self.warn
+        """The warn threshold in effect for a Bloom filter (``warn``, or its default once resolved)."""
+        return self.for_state(None)[0]
+
+    @property
+    def max_at(self) -> float:
+        """The max threshold in effect for a Bloom filter."""
+        return self.for_state(None)[1]
+
+    def for_state(self, state: FilterState | None) -> tuple[float, float]:
+        """(warn, max) for a filter like ``state`` (None: a Bloom filter)."""
+        if state is not None and isinstance(state, CuckooState):
+            limit = self.max if self.max is not None else state.full_load
+            return (min(self.warn, limit) if self.warn is not None else WARN_SHARE * limit), limit
+        limit = self.max if self.max is not None else DEFAULT_MAX_FILL
+        return (self.warn if self.warn is not None else min(DEFAULT_WARN, limit)), limit
 
 
 @dataclass(frozen=True)
@@ -111,28 +131,38 @@ class FillReport:
     state: FilterState | None  # None: the key is missing or not a filter
     status: str
     reasons: tuple[str, ...]
+    limits: tuple[float, float] | None = None  # the (warn, max) this filter was judged by
 
     def as_dict(self) -> dict[str, Any]:
-        data = {"key": to_display(self.key), "status": self.status, "reasons": list(self.reasons)}
+        data: dict[str, Any] = {"key": to_display(self.key), "status": self.status, "reasons": list(self.reasons)}
         if self.state is not None:
             data.update(self.state.as_dict())
+        if self.limits is not None:
+            data["thresholds"] = {"warn": self.limits[0], "max": self.limits[1]}
         return data
 
 
 def judge(key: bytes, state: FilterState, limits: Thresholds) -> FillReport:
     reasons = []
     status = OK
-    if state.fill_ratio > limits.max:
+    warn_at, max_at = limits.for_state(state)
+    what = "load" if isinstance(state, CuckooState) else "fill"
+    if state.fill_ratio > max_at or (
+        isinstance(state, CuckooState) and limits.max is None and state.fill_ratio >= max_at
+    ):
         status = OVER
-        reasons.append(f"fill {state.fill_ratio:.1%} > max {limits.max:.1%}")
+        reasons.append(f"{what} {state.fill_ratio:.1%} > max {max_at:.1%}")
     fpr = state.estimated_fpr
     if limits.max_fpr is not None and fpr is not None and fpr > limits.max_fpr:
         status = OVER
         reasons.append(f"estimated FPR {format_rate(fpr)} > max {format_rate(limits.max_fpr)}")
-    if status == OK and state.fill_ratio > limits.warn_at:
+    if status == OK and state.fill_ratio > warn_at:
         status = WARN
-        reasons.append(f"fill {state.fill_ratio:.1%} > warn {limits.warn_at:.1%}")
-    return FillReport(key, state, status, tuple(reasons))
+        reasons.append(f"{what} {state.fill_ratio:.1%} > warn {warn_at:.1%}")
+    if status == OK and isinstance(state, CuckooState) and state.filters > 1:
+        status = WARN
+        reasons.append(f"grew to {state.filters} sub-filters")
+    return FillReport(key, state, status, tuple(reasons), (warn_at, max_at))
 
 
 def measure(client: RedisClient, key: bytes, *, exact: bool = False) -> FilterState:

@@ -13,6 +13,7 @@ from typing import Any
 
 from bloomctl import backends
 from bloomctl.backends import Backend
+from bloomctl.backends.cuckoo import CuckooBackend, translate_cuckoo_error
 from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
@@ -23,7 +24,8 @@ Command = Callable[[RedisClient, bytes, Sequence[bytes | str]], tuple[Any, ...]]
 
 
 class Filter:
-    """One filter, whichever backend: ``add``, ``madd``, ``exists``, ``mexists``.
+    """One filter, whichever backend: ``add``, ``madd``, ``exists``, ``mexists``; a cuckoo filter's
+    ``delete``, ``mdelete`` and ``count`` too.
 
     >>> users = Filter(client, "users")
     >>> users.madd(["user:1", "user:2"]); users.exists("user:1")
@@ -32,6 +34,7 @@ class Filter:
     def __init__(self, client: RedisClient, key: str | bytes) -> None:
         self.client, self.key = client, to_bytes(key)
         self._backend: Backend | None = None
+        self._library: Any = None
 
     @property
     def backend(self) -> Backend:
@@ -47,8 +50,12 @@ class Filter:
 
     def madd(self, items: Sequence[bytes | str], *, dual_write: bool = False) -> list[bool]:
         """Add items. ``dual_write``: first to the standby when one exists (a rebuild is running),
-        then to the active filter - in that order, so no cutover can lose the item (docs/python-api.md)."""
+        then to the active filter - in that order, so no cutover can lose the item (docs/python-api.md).
+        A cuckoo filter's dual write is one server call that also logs the write for the rebuild's
+        replay (docs/cuckoo.md)."""
         raw = [to_bytes(i) for i in items]
+        if dual_write and self.backend.kind == "cuckoo":
+            return self._cuckoo_dual("add", raw)
         if dual_write:
             with contextlib.suppress(KeyMissing):  # no rebuild running: nothing to do there
                 self.backend.madd(self.client, KeyFamily.of(self.key).standby, raw)
@@ -56,6 +63,53 @@ class Filter:
 
     def mexists(self, items: Sequence[bytes | str]) -> list[bool]:
         return self.backend.mexists(self.client, self.key, [to_bytes(i) for i in items])
+
+    # --- cuckoo filters only ------------------------------------------------------------------
+
+    def delete(self, item: bytes | str, *, dual_write: bool = False) -> bool:
+        return self.mdelete([item], dual_write=dual_write)[0]
+
+    def mdelete(self, items: Sequence[bytes | str], *, dual_write: bool = False) -> list[bool]:
+        """Delete one copy of each item from a cuckoo filter: False where it was not there. Delete
+        only items you added: deleting one that never was can remove another item's fingerprint.
+        ``dual_write``: also from the standby a rebuild is loading, safely (docs/cuckoo.md)."""
+        backend = self._cuckoo()
+        raw = [to_bytes(i) for i in items]
+        if dual_write:
+            return self._cuckoo_dual("del", raw)
+        return backend.mdelete(self.client, self.key, raw)
+
+    def count(self, item: bytes | str) -> int:
+        """How many copies of the item's fingerprint a cuckoo filter holds (an upper bound)."""
+        return self._cuckoo().count(self.client, self.key, to_bytes(item))
+
+    def _cuckoo(self) -> CuckooBackend:
+        backend = self.backend
+        if not isinstance(backend, CuckooBackend):
+            raise StateConflict(
+                "%r is a Bloom filter: items cannot be deleted from it (rebuild it instead)", to_display(self.key)
+            )
+        return backend
+
+    def _cuckoo_dual(self, op: str, items: list[bytes]) -> list[bool]:
+        from bloomctl.backends.library import Library
+
+        if not items:
+            return []
+        family = KeyFamily.of(self.key)
+        keys = [family.active, family.standby, family.standby_meta, family.standby_log]
+        if self._library is None:
+            self._library = Library()
+        try:
+            flags = self._library.call_keys(self.client, "cf_dual", keys, op, *items)
+        except Exception as exc:
+            raise translate_cuckoo_error(exc, self.key) from None
+        if op == "add" and any(flag != 1 for flag in flags):
+            raise StateConflict(
+                "the cuckoo filter %r has no room for some items: rebuild it with a larger `capacity`",
+                to_display(self.key),
+            )
+        return [flag == 1 for flag in flags]
 
 
 class ShardedFilter(Filter):

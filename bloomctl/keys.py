@@ -129,6 +129,11 @@ class KeyFamily:
         return self.companion("old:meta")
 
     @property
+    def standby_log(self) -> bytes:
+        """A cuckoo standby's log of the application's writes during its rebuild (docs/cuckoo.md)."""
+        return self.companion("standby:log")
+
+    @property
     def slot(self) -> int:
         return key_slot(self.active)
 

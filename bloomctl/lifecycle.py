@@ -16,6 +16,7 @@ from typing import Any
 from bloomctl import backends
 from bloomctl.backends import AUTO
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan
 from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
@@ -46,7 +47,7 @@ def reserve(
     client: RedisClient,
     server: ServerInfo,
     key: str | bytes,
-    plan: Plan,
+    plan: Plan | CuckooPlan,
     *,
     shards: int | None = None,
     if_not_exists: bool = False,
@@ -61,6 +62,8 @@ def reserve(
         return reserve_single(
             client, server, key, plan, if_not_exists=if_not_exists, backend=backend, force=force, dry_run=dry_run
         )
+    if not isinstance(plan, Plan):
+        raise UsageError("cuckoo filters are not sharded: leave out `shards`")
     chosen = backends.choose(server, backend)
     if if_not_exists and (existing := existing_sharded(client, key, plan, shards, chosen.name)) is not None:
         return ReserveResult(created=False, state=None, backend=chosen.name, manifest=existing, existing=True)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from bloomctl import __version__
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
 from bloomctl.planner import Plan
@@ -64,7 +65,9 @@ def typed(meta: dict[str, str]) -> dict[str, object]:
     for name, text in meta.items():
         value: object = text
         try:
-            if name in ("capacity", "schema") or (name == "expansion" and text.isdigit()):
+            if name in ("capacity", "schema", "bucket_size", "max_iterations", "fingerprint_bits") or (
+                name == "expansion" and text.isdigit()
+            ):
                 value = int(text)
             elif name == "error_rate":
                 value = float(text)
@@ -77,8 +80,11 @@ def typed(meta: dict[str, str]) -> dict[str, object]:
     return out
 
 
-def metadata_for(plan: Plan, backend: str) -> dict[str, str]:
-    return {
+def metadata_for(plan: Plan | CuckooPlan, backend: str) -> dict[str, str]:
+    """What the metadata records of a new filter: its parameters (a cuckoo filter's bucket size,
+    MAXITERATIONS and fingerprint size too) and who made it when. A cuckoo filter's error rate is
+    its false-positive rate at the load it fills to."""
+    meta = {
         "schema": str(SCHEMA),
         "error_rate": repr(plan.error_rate),
         "capacity": str(plan.capacity),
@@ -87,6 +93,14 @@ def metadata_for(plan: Plan, backend: str) -> dict[str, str]:
         "created_at": now_utc(),
         "created_by": f"bloomctl {__version__}",
     }
+    if isinstance(plan, CuckooPlan):
+        meta.update(
+            type="cuckoo",
+            bucket_size=str(plan.bucket_size),
+            max_iterations=str(plan.max_iterations),
+            fingerprint_bits=str(plan.fingerprint_bits),
+        )
+    return meta
 
 
 def read_metadata(client: RedisClient, meta_key: bytes) -> dict[str, str]:

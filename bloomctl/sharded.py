@@ -88,7 +88,7 @@ def reserve_sharded(
 ) -> ReserveResult:
     """Create the manifest and N member filters (``total``'s capacity split between them)."""
     chosen = backends.choose(server, backend)
-    per_shard = chosen.check_plan(shard_plan(total, shards), server.line)
+    per_shard = chosen.bloom_plan(chosen.check_plan(shard_plan(total, shards), server.line))
     raw = to_bytes(key)
     if backends.key_type(client, raw) != b"none":
         existing = read_manifest(client, raw)

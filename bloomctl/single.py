@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bloomctl import backends
-from bloomctl.backends import AUTO, Backend, FilterState
+from bloomctl.backends import AUTO, Backend, CuckooState, FilterState
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan
 from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
 from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
@@ -59,8 +60,16 @@ class ReserveResult:
         return self.created and self.state is not None and self.state.size_bytes != self.predicted_size
 
 
-def plan_matches(plan: Plan, state: FilterState) -> bool:
+def plan_matches(plan: Plan | CuckooPlan, state: FilterState) -> bool:
     """Whether an existing filter was created with ``plan``'s arguments (as far as the server tells)."""
+    if isinstance(plan, CuckooPlan) or isinstance(state, CuckooState):
+        return (
+            isinstance(plan, CuckooPlan)
+            and isinstance(state, CuckooState)
+            and (state.buckets, state.bucket_size, state.max_iterations, state.fingerprint_bits)
+            == (plan.buckets, plan.bucket_size, plan.max_iterations, plan.fingerprint_bits)
+            and state.expansion == (plan.growth or None)
+        )
     if state.expansion != plan.expansion:
         return False
     if state.subfilters:
@@ -73,15 +82,16 @@ def reserve(
     client: RedisClient,
     server: ServerInfo,
     key: str | bytes,
-    plan: Plan,
+    plan: Plan | CuckooPlan,
     *,
     if_not_exists: bool = False,
     backend: str = AUTO,
     force: bool = False,
     dry_run: bool = False,
 ) -> ReserveResult:
-    """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing."""
-    chosen = backends.choose(server, backend)
+    """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing. The
+    plan's type (a ``CuckooPlan`` or a Bloom filter's ``Plan``) decides the filter's."""
+    chosen = backends.choose(server, backend, plan.kind)
     plan = chosen.check_plan(plan, server.line)  # as this server builds it (Redis 8 caps error rates)
     family = KeyFamily.of(key)
     kind = backends.key_type(client, family.active)
@@ -371,12 +381,20 @@ def prepare_swap(
     if backends.key_type(client, standby_key) == b"none" and backends.key_type(client, family.active) == b"none":
         backends.for_key(client, family.active)  # neither exists: a typo? name the filter, with suggestions
     backend = backends.for_key(client, standby_key, "standby")
-    state = read_metadata(client, standby_meta_key(family, standby_key)).get("state")
+    standby_meta = read_metadata(client, standby_meta_key(family, standby_key))
+    state = standby_meta.get("state")
     if state in UNFINISHED:
         raise StateConflict(
             "the standby %r is from a rebuild that did not finish (%s): run the rebuild again",
             to_display(standby_key),
             state,
+        )
+    if "dual_error" in standby_meta:  # a cuckoo standby that missed an application's write
+        raise StateConflict(
+            "the standby %r missed a write the application made during the rebuild (%s): it may lack items; "
+            "run the rebuild again",
+            to_display(standby_key),
+            standby_meta["dual_error"],
         )
     standby_state = _counted(backend, client, standby_key)
     if backend.name == "bitmap" and standby_state.items > standby_state.capacity:  # dual writes since the rebuild

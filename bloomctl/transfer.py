@@ -20,9 +20,12 @@ from typing import Any
 
 from bloomctl import __version__, backends, lifecycle
 from bloomctl.backends import Backend
+from bloomctl.backends.base import CuckooState
 from bloomctl.backends.bitmap import HEADER_BYTES, installs_nothing, parse_header, recognise
+from bloomctl.backends.cuckoo import cf_size_bytes, parse_cf_header, parse_lua_header, recognise_lua
 from bloomctl.backends.redisbloom import OPT_FORCE64, OPT_NO_SCALING, OPT_NOROUND, parse_scandump_header
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan, cuckoo_plan, next_power_of_two
 from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO, MAX_SHARDS
 from bloomctl.dumpfile import Chunk, DumpCorrupt
 from bloomctl.errors import OutOfMemory, StateConflict, UnsupportedServer, VerifyFailed
@@ -31,7 +34,7 @@ from bloomctl.lock import FilterLock
 from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manifest
 from bloomctl.memory import check_memory
 from bloomctl.metadata import LOADED, LOADING, RECIPE, check_companions, metadata_for, read_metadata
-from bloomctl.planner import MAX_EXPANSION, SubFilter, plan
+from bloomctl.planner import MAX_EXPANSION, Plan, SubFilter, plan
 from bloomctl.rebuild.standby import is_out_of_memory, new_generation
 from bloomctl.routing import ROUTING
 from bloomctl.server import ServerInfo
@@ -39,6 +42,8 @@ from bloomctl.single import check_family, check_recipe
 from bloomctl.topology import node_client
 
 BITMAP_SLICE = 1 << 20  # bytes of a bitmap filter per GETRANGE
+SCANDUMP = {"redisbloom": "BF.SCANDUMP", "redisbloom-cuckoo": "CF.SCANDUMP"}  # else: the string, in slices
+LOADCHUNK = {"redisbloom": "BF.LOADCHUNK", "redisbloom-cuckoo": "CF.LOADCHUNK"}
 LOADCHUNK_PIECE = 1 << 20  # bytes per BF.LOADCHUNK: under 1 ms on the server
 SCRATCH_TTL_MS = 3_600_000  # a killed restore's scratch key drops itself after an hour
 KEPT_META = (RECIPE,)  # metadata a dump carries to the restored filter: how its items were built
@@ -94,7 +99,7 @@ class Dump:
 
 def _member_header(backend: Backend, client: RedisClient, key: bytes) -> dict[str, Any]:
     state = backend.info(client, key)
-    return {
+    member = {
         "capacity": state.reserved_capacity,
         "items": state.items,
         "size_bytes": state.size_bytes,
@@ -102,6 +107,15 @@ def _member_header(backend: Backend, client: RedisClient, key: bytes) -> dict[st
         "expansion": state.expansion,
         "error_rates": [sub.error_rate for sub in state.subfilters],
     }
+    if isinstance(state, CuckooState):  # (capacity: the first sub-filter's slots)
+        member.update(
+            buckets=state.buckets,
+            bucket_size=state.bucket_size,
+            max_iterations=state.max_iterations,
+            fingerprint_bits=state.fingerprint_bits,
+            deletes=state.deletes,
+        )
+    return member
 
 
 def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Dump:
@@ -116,8 +130,9 @@ def read_filter(client: RedisClient, server: ServerInfo, key: str | bytes) -> Du
         backend = backends.for_key(client, raw)
         members = [raw]
         meta = read_metadata(client, KeyFamily.of(raw).meta)
-    if backend.name == "redisbloom" and "bf.scandump" not in server.commands:
-        raise UnsupportedServer("%s has no BF.SCANDUMP: its filters cannot be dumped", server.description)
+    command = SCANDUMP.get(backend.name)
+    if command is not None and command.lower() not in server.commands:
+        raise UnsupportedServer("%s has no %s: its filters cannot be dumped", server.description, command)
     with installs_nothing():  # reading a bitmap filter must not load the function library (a write)
         described = [_member_header(backend, client, member) for member in members]
         identities = [_identity(client, backend, member) for member in members]
@@ -158,6 +173,8 @@ def _error_rate(backend: Backend, member: dict[str, Any], meta: dict[str, str]) 
     (RedisBloom builds a scaling filter's first sub-filter for half the rate)."""
     if "error_rate" in meta:
         return float(meta["error_rate"])
+    if backend.kind == "cuckoo":  # at the load it fills to, as the planner reckons it
+        return _cuckoo_plan_of(backend, member).error_rate
     first = member["error_rates"][0]
     return first * 2 if backend.name == "redisbloom" and member["expansion"] is not None else first
 
@@ -172,7 +189,9 @@ def _identity(client: RedisClient, backend: Backend, key: bytes) -> tuple[tuple[
     # a swap or rollback also moves a filter to (or from) the old key, and its metadata with it
     old = (client.exists(family.old), tuple(client.hmget(family.old_meta, ["generation", "created_at"])))
     state = backend.info(client, key)
-    layout = tuple((s.capacity, s.bits, s.hashes, s.error_rate) for s in state.subfilters)
+    layout: tuple[Any, ...] = tuple((s.capacity, s.bits, s.hashes, s.error_rate) for s in state.subfilters)
+    if isinstance(state, CuckooState):  # deletes move no fingerprint; a grown or compacted filter changes shape
+        layout = (state.buckets, state.bucket_size, state.max_iterations, state.fingerprint_bits)
     return (kind, meta, old, layout, state.size_bytes, state.filters), state.items
 
 
@@ -188,13 +207,14 @@ def _chunks(
     for index, (member, described_member, (identity, items)) in enumerate(
         zip(members, described, identities, strict=True)
     ):
-        if backend.name == "redisbloom":
-            yield from _scandump(client, index, member)
+        if backend.name in SCANDUMP:
+            yield from _scandump(client, index, member, SCANDUMP[backend.name])
         else:
             yield from _slices(client, index, member, described_member["size_bytes"])
         with installs_nothing():
             after, items_after = _identity(client, backend, member)
-        if after != identity or items_after < items:
+        # (a cuckoo filter's items may also drop: a delete takes one out, and moves no other)
+        if after != identity or (items_after < items and backend.kind != "cuckoo"):
             raise _changed(member)
 
 
@@ -205,10 +225,12 @@ def _changed(key: bytes) -> StateConflict:
     )
 
 
-def _scandump(client: RedisClient, index: int, key: bytes) -> Iterator[Chunk]:
+def _scandump(client: RedisClient, index: int, key: bytes, command: str = "BF.SCANDUMP") -> Iterator[Chunk]:
+    """BF.SCANDUMP's (CF.SCANDUMP's) chunks: the header, then the data; an empty cuckoo filter
+    answers (0, nil) at once and has no chunks (its restore reserves it anew)."""
     cursor = 0
     while True:
-        cursor, data = client.execute_command("BF.SCANDUMP", key, cursor)
+        cursor, data = client.execute_command(command, key, cursor)
         if not cursor:
             return
         yield Chunk(index, int(cursor), data if isinstance(data, bytes) else bytes(data or b""))
@@ -263,7 +285,7 @@ def _int(value: Any, low: int, high: int | None = None) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
 
 
-def _member_ok(member: Any) -> bool:
+def _member_ok(member: Any, kind: str = "bloom") -> bool:
     return (
         isinstance(member, dict)
         and _int(member.get("capacity"), 1)
@@ -271,6 +293,16 @@ def _member_ok(member: Any) -> bool:
         and _int(member.get("size_bytes"), 1)
         and _int(member.get("filters"), 1)
         and (member.get("expansion") is None or _int(member.get("expansion"), 1, MAX_EXPANSION))
+        and (
+            kind != "cuckoo"
+            or (
+                _int(member.get("buckets"), 1)
+                and _int(member.get("bucket_size"), 1, 255)
+                and _int(member.get("max_iterations"), 1, 65535)
+                and member.get("fingerprint_bits") in (8, 16, 32)
+                and _int(member.get("deletes", 0), 0)
+            )
+        )
     )
 
 
@@ -287,7 +319,8 @@ def check_header(header: dict[str, Any]) -> None:
         and (shards is None or _int(shards, 1, MAX_SHARDS))
         and isinstance(members, list)
         and len(members) == (shards or 1)
-        and all(_member_ok(m) for m in members)
+        and all(_member_ok(m, backends.get(header["backend"]).kind) for m in members)
+        and (shards is None or backends.get(header["backend"]).kind == "bloom")
         and _int(header.get("capacity"), 1)
         and isinstance(error_rate, float | int)
         and not isinstance(error_rate, bool)
@@ -308,11 +341,13 @@ def check_target(client: RedisClient, server: ServerInfo, key: bytes, header: di
     existing filter of the same backend and sharding."""
     backend = backends.get(header["backend"])
     source = header.get("source", {}).get("server", "another server")
-    if backend.name == "redisbloom" and "bf.loadchunk" not in server.commands:
+    command = LOADCHUNK.get(backend.name)
+    if command is not None and command.lower() not in server.commands:
         raise UnsupportedServer(
-            "%s cannot load a RedisBloom dump (no BF.LOADCHUNK): restore it on a server with RedisBloom or Redis 8, "
-            "or rebuild the filter here from the source with `--backend bitmap`",
+            "%s cannot load a RedisBloom dump (no %s): restore it on a server with RedisBloom or Redis 8, "
+            "or rebuild the filter here from the source with `--backend module-free`",
             server.description,
+            command,
         )
     manifest = read_manifest(client, key)
     if manifest is not None:
@@ -380,6 +415,60 @@ def check_redisbloom_header(blob: bytes, member: dict[str, Any], name: str) -> N
         problems.append("its size does not add up")
     if problems:
         raise DumpCorrupt("%s: the filter's header chunk is inconsistent: %s", name, "; ".join(problems))
+
+
+def check_cuckoo_header(blob: bytes, member: dict[str, Any], name: str) -> None:
+    """CF.LOADCHUNK's header: what the dump's header describes (its buckets, bucket size,
+    MAXITERATIONS, expansion and sub-filters), sized as CuckooFilter_Init and Grow size them."""
+    try:
+        head = parse_cf_header(blob)
+    except ValueError as exc:
+        raise DumpCorrupt("%s: the filter's header chunk is corrupt (%s)", name, str(exc)) from None
+    expansion = head["expansion"]
+    problems = []
+    if head["buckets"] < 1 or next_power_of_two(head["buckets"]) != head["buckets"]:
+        problems.append(f"{head['buckets']} buckets (not a power of two)")
+    if expansion and next_power_of_two(expansion) != expansion:
+        problems.append(f"expansion {expansion} (not a power of two)")
+    if not 1 <= head["filters"] <= 65535 or (expansion == 0 and head["filters"] > 1):
+        problems.append(f"{head['filters']} sub-filters with expansion {expansion}")
+    described = (member["buckets"], member["bucket_size"], member["max_iterations"], member["filters"])
+    if (head["buckets"], head["bucket_size"], head["max_iterations"], head["filters"]) != described:
+        problems.append(
+            f"buckets, bucket size, max iterations and sub-filters {head['buckets']}, {head['bucket_size']}, "
+            f"{head['max_iterations']}, {head['filters']}; the dump's header says {', '.join(map(str, described))}"
+        )
+    if (member["expansion"] or 0) != expansion:  # (its items may have changed either way: deletes take some out)
+        problems.append(f"expansion {expansion}")
+    elif (
+        not problems
+        and cf_size_bytes(head["buckets"], head["bucket_size"], expansion, head["filters"]) != member["size_bytes"]
+    ):
+        problems.append("its size does not add up")
+    if problems:
+        raise DumpCorrupt("%s: the filter's header chunk is inconsistent: %s", name, "; ".join(problems))
+
+
+def _cuckoo_plan_of(backend: Backend, member: dict[str, Any], error_rate: float | None = None) -> CuckooPlan:
+    """The plan a cuckoo member of a dump was built with (for its metadata, and an empty one's reserve)."""
+    return cuckoo_plan(
+        int(member["buckets"]) * int(member["bucket_size"]),
+        bucket_size=int(member["bucket_size"]),
+        max_iterations=int(member["max_iterations"]),
+        expansion=member["expansion"],
+        engine="lua" if backend.name == "lua-cuckoo" else "redisbloom",
+        fingerprint_bits=int(member["fingerprint_bits"]) if backend.name == "lua-cuckoo" else None,
+        error_rate=error_rate,
+    )
+
+
+def _lua_matches(blob: bytes, member: dict[str, Any]) -> bool:
+    head = parse_lua_header(blob[:HEADER_BYTES])
+    return head is not None and (head["buckets"], head["bucket_size"], head["fingerprint_bits"]) == (
+        member["buckets"],
+        member["bucket_size"],
+        member["fingerprint_bits"],
+    )
 
 
 def _pieces(chunk: Chunk) -> Iterator[tuple[int, bytes]]:
@@ -461,18 +550,21 @@ class _Writer:
     def write(self, chunk: Chunk) -> None:
         import redis
 
-        if self.backend.name == "redisbloom":
-            if not self.started:
+        command = LOADCHUNK.get(self.backend.name)
+        if command is not None:
+            if not self.started and self.backend.name == "redisbloom":
                 check_redisbloom_header(chunk.data, self.member, self.name)
+            elif not self.started:
+                check_cuckoo_header(chunk.data, self.member, self.name)
             try:
                 if not self.started:  # the header creates the key: with its TTL, in one MULTI
                     pipe = self.client.pipeline(transaction=True)
-                    pipe.execute_command("BF.LOADCHUNK", self.scratch, chunk.cursor, chunk.data)
+                    pipe.execute_command(command, self.scratch, chunk.cursor, chunk.data)
                     pipe.pexpire(self.scratch, SCRATCH_TTL_MS)
                     pipe.execute()
-                else:
+                else:  # (a CF.SCANDUMP chunk's iterator is its end + 1 too: it splits the same way)
                     for cursor, piece in _pieces(chunk):
-                        self.client.execute_command("BF.LOADCHUNK", self.scratch, cursor, piece)
+                        self.client.execute_command(command, self.scratch, cursor, piece)
             except redis.exceptions.ResponseError as exc:
                 if is_out_of_memory(exc):
                     raise
@@ -484,6 +576,26 @@ class _Writer:
                 ) from None
         else:
             self._write_slice(chunk)
+        self.started = True
+
+    def _reserve_empty(self) -> None:
+        """An empty RedisBloom cuckoo filter has no chunks (CF.SCANDUMP answers nothing for it): it
+        is reserved anew with its parameters, with the scratch key's TTL, in one MULTI."""
+        p = _cuckoo_plan_of(self.backend, self.member)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.execute_command(
+            "CF.RESERVE",
+            self.scratch,
+            p.capacity,
+            "BUCKETSIZE",
+            p.bucket_size,
+            "MAXITERATIONS",
+            p.max_iterations,
+            "EXPANSION",
+            p.expansion or 0,
+        )
+        pipe.pexpire(self.scratch, SCRATCH_TTL_MS)
+        pipe.execute()
         self.started = True
 
     def _write_slice(self, chunk: Chunk) -> None:
@@ -498,10 +610,16 @@ class _Writer:
                 "%s: a slice at byte %s where %s was next, of %s", self.name, chunk.cursor, self.offset, size
             )
         if not self.started:
-            head = parse_header(chunk.data[:HEADER_BYTES])
-            if head is None or HEADER_BYTES + head["bits"] // 8 != size or head["bits"] % 64:
+            if self.backend.name == "lua-cuckoo":
+                ok = recognise_lua(chunk.data[:HEADER_BYTES], size) and _lua_matches(chunk.data, self.member)
+            else:
+                head = parse_header(chunk.data[:HEADER_BYTES])
+                ok = head is not None and HEADER_BYTES + head["bits"] // 8 == size and not head["bits"] % 64
+            if not ok:
                 raise DumpCorrupt(
-                    "%s: the first slice is not the header of the bitmap filter the dump describes", self.name
+                    "%s: the first slice is not the header of the %s filter the dump describes",
+                    self.name,
+                    self.backend.name,
                 )
             self.streamed = StreamedSet(node_client(self.client, self.scratch), self.scratch, size)
         assert self.streamed is not None
@@ -522,13 +640,17 @@ class _Writer:
     def check(self) -> None:
         """The loaded scratch key is the filter the dump's header describes (its size and layout; at
         least its items)."""
+        member = self.member
+        if not self.started and self.backend.name == "redisbloom-cuckoo" and member["items"] == 0:
+            self._reserve_empty()
+            return
         if not self.started:
             raise DumpCorrupt("%s: the dump holds no chunks for it", self.name)
-        member = self.member
-        if self.backend.name == "bitmap":
+        if self.backend.name in ("bitmap", "lua-cuckoo"):
             head = self.client.getrange(self.scratch, 0, HEADER_BYTES - 1)  # type: ignore[attr-defined]
             length = int(self.client.strlen(self.scratch))  # type: ignore[attr-defined]
-            if length != member["size_bytes"] or not recognise(head, length):
+            known = recognise(head, length) if self.backend.name == "bitmap" else recognise_lua(head, length)
+            if length != member["size_bytes"] or not known:
                 raise VerifyFailed(
                     "%s: the restored bitmap filter is %s bytes, the dump says %s",
                     self.name,
@@ -537,9 +659,8 @@ class _Writer:
                 )
         state = self.backend.info(self.client, self.scratch, with_header=False)
         # the items may have grown while the member was dumped (its chunks then hold them too)
-        if (state.size_bytes, state.filters) != (member["size_bytes"], member["filters"]) or state.items < member[
-            "items"
-        ]:
+        fewer = state.items < member["items"] and self.backend.kind != "cuckoo"  # (a cuckoo filter's deletes)
+        if (state.size_bytes, state.filters) != (member["size_bytes"], member["filters"]) or fewer:
             raise VerifyFailed(
                 "%s: the restored filter has %s items in %s bytes, the dump says %s items (or more) in %s bytes",
                 self.name,
@@ -585,7 +706,7 @@ def restore(
         manifest, fresh = _targets(client, raw, header, backend)
         families = [KeyFamily.of(member) for member in manifest.members] if manifest else [family]
         writers, generation = _prepare(client, backend, header, families, force)
-        _load(client, lock, writers, families, chunks, generation, report)
+        _load(client, lock, writers, families, chunks, generation, report, server.line)
         report.standbys = [to_display(member.standby) for member in families]
         log(
             f"restored {report.items:,} items ({report.chunks} chunks, {report.bytes:,} bytes) into "
@@ -607,7 +728,7 @@ def restore(
             )
             report.swapped = True
             report.replaced_active = any(result.replaced)
-            report.note = result.note
+            report.note = result.note or report.note
     report.seconds = time.perf_counter() - started
     return report
 
@@ -632,8 +753,13 @@ def _prepare(
     generation = new_generation()
     writers = []
     for member, described in zip(families, header["members"], strict=True):
-        per_member = plan(described["capacity"], float(header["error_rate"]), header["expansion"])
+        per_member: Plan | CuckooPlan
+        if backend.kind == "cuckoo":
+            per_member = _cuckoo_plan_of(backend, described)
+        else:
+            per_member = plan(described["capacity"], float(header["error_rate"]), header["expansion"])
         meta = {**metadata_for(per_member, backend.name), "state": LOADING, "generation": generation}
+        meta["error_rate"] = repr(float(header["error_rate"]))
         meta.update({name: value for name, value in header["metadata"].items() if name in KEPT_META})
         meta["restored_from"] = str(header.get("source", {}).get("server", "?"))[:200]
         pipe = client.pipeline(transaction=True)
@@ -652,6 +778,7 @@ def _load(
     chunks: Iterator[Chunk],
     generation: str,
     report: RestoreReport,
+    line: str = "",
 ) -> None:
     """Every chunk into its member's scratch key, each member checked, then renamed to its standby;
     on any failure (a signal included) this run's scratch keys and metadata are removed."""
@@ -666,6 +793,8 @@ def _load(
         for writer in writers:
             writer.finish()
             writer.check()
+            if writer.backend.name == "redisbloom-cuckoo" and line == "redisbloom2":
+                report.note = rewrite_for_replicas(client, writer.scratch) or report.note
         lock.check_writing()
         finish = client.register_script(FINISH_LUA)
         for writer, member in zip(writers, families, strict=True):
@@ -693,6 +822,27 @@ def _load(
                 str(exc).splitlines()[0][:120],
             ) from None
         raise
+
+
+def rewrite_for_replicas(client: RedisClient, key: bytes) -> str | None:
+    """RedisBloom 2.x replicates CF.LOADCHUNK's header but not its data chunks (a replica would count
+    the items and find none of them). Where the key's node has replicas (or does not say), the loaded
+    filter is written once more as RESTORE ... REPLACE of its DUMP, which replicas receive whole.
+    Returns a note when it did."""
+    node = node_client(client, key)
+    try:
+        replicas = int(node.info("replication").get("connected_slaves", 0))
+    except Exception:  # not allowed to look: assume there are
+        replicas = 1
+    if not replicas:
+        return None
+    payload = node.dump(key)
+    ttl = node.pttl(key)
+    node.restore(key, ttl if ttl and ttl > 0 else SCRATCH_TTL_MS, payload, replace=True)
+    return (
+        "RedisBloom 2.x does not replicate CF.LOADCHUNK's data: the restored filter was written once more as one "
+        f"RESTORE ({len(payload):,} bytes) so that its replicas hold it too"
+    )
 
 
 def _BACKENDS() -> list[Backend]:

@@ -43,8 +43,19 @@ PROMETHEUS_METRICS: tuple[tuple[str, str, Getter], ...] = (
         lambda r, s: s.estimated_fpr,
     ),
     ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r, s: int(r.status == OVER)),
+    (
+        "bloomctl_deleted_items",
+        "Cuckoo filters: items deleted (since the last compaction).",
+        lambda r, s: getattr(s, "deletes", None),
+    ),
+    (
+        "bloomctl_full_load_ratio",
+        "Cuckoo filters: the load (items / slots) at which inserts start to fail, measured for its bucket size.",
+        lambda r, s: getattr(s, "full_load", None) if s.kind == "cuckoo" else None,
+    ),
 )
 PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
+TYPE = ("bloomctl_filter_type", "1 for the filter's type (bloom or cuckoo).")
 EXIT_CODE = ("bloomctl_fill_ratio_exit_code", "The exit code of the fill-ratio run that wrote this file.")
 SUCCESS_LABELS = {"command": "fill-ratio"}
 
@@ -59,22 +70,32 @@ def prometheus_text(
     keyed = [(to_display(r.key), r) for r in reports]
     metrics: list[Metric] = [(*PRESENT, ("key",), [((k,), 0.0 if r.state is None else 1.0) for k, r in keyed])]
     present = [(k, r, r.state) for k, r in keyed if r.state is not None]
+    metrics.append((*TYPE, ("key", "type"), [((k, state.kind), 1.0) for k, _r, state in present]))
     for name, help_text, getter in PROMETHEUS_METRICS:
         samples = [((k,), value) for k, r, state in present if (value := getter(r, state)) is not None]
         metrics.append((name, help_text, ("key",), samples))
     bit_fill = [
         ((k, str(sub.index)), sub.bit_fill) for k, _r, state in present if state.exact for sub in state.subfilters
     ]
+    bit_fill += [
+        ((k, str(sub.index)), (sub.occupied or 0) / sub.slots)
+        for k, _r, state in present
+        if state.exact
+        for sub in getattr(state, "cuckoo_subs", ())
+    ]
     metrics.append(
         (
             "bloomctl_bit_fill_ratio",
-            "Fraction of bits set in each sub-filter (measured).",
+            "Fraction of bits set in each sub-filter (a cuckoo filter's: of slots taken), measured.",
             ("key", "subfilter"),
             bit_fill,
         )
     )
-    levels = [("warn", limits.warn_at), ("max", limits.max)]
-    thresholds = [((k, level), value) for k, _r in keyed for level, value in levels]
+    thresholds = [
+        ((k, level), value)
+        for k, r in keyed
+        for level, value in zip(("warn", "max"), r.limits or (limits.warn_at, limits.max_at), strict=True)
+    ]
     metrics.append(
         ("bloomctl_fill_threshold_ratio", "Fill-ratio thresholds the check used.", ("key", "level"), thresholds)
     )
@@ -100,9 +121,16 @@ def text_line(r: FillReport) -> str:
         f"filters={s.filters}",
         f"fpr={fmt_rate(s.estimated_fpr)}",
     ]
+    if s.kind == "cuckoo":
+        parts.insert(2, "type=cuckoo")
+        parts.append(f"deleted={getattr(s, 'deletes', 0)}")
     shard_states = getattr(s, "shard_states", ())
     if shard_states:
         parts.append(f"shards={len(shard_states)} worst_shard={getattr(s, 'worst_shard', None)}")
+    elif s.exact and s.kind == "cuckoo":
+        parts.append(
+            "slot_fill=" + ",".join(f"{(sub.occupied or 0) / sub.slots:.4f}" for sub in getattr(s, "cuckoo_subs", ()))
+        )
     elif s.exact:
         parts.append("bit_fill=" + ",".join(f"{sub.bit_fill:.4f}" for sub in s.subfilters))
     if r.reasons:
@@ -117,15 +145,16 @@ def text_line(r: FillReport) -> str:
     "warn_at",
     type=Number(min=0, percent=True),
     default=None,
-    help=f"Mark a filter WARN above this fill ratio (items / reserved capacity) [default: {DEFAULT_WARN}, or --max if lower].",
+    help=f"Mark a filter WARN above this fill ratio (items / reserved capacity; a cuckoo filter's: items / slots) "
+    f"[default: {DEFAULT_WARN}, or --max if lower; a cuckoo filter: 80% of its max].",
 )
 @click.option(
     "--max",
     "max_at",
     type=Number(min=0, percent=True),
-    default=DEFAULT_MAX_FILL,
-    show_default=True,
-    help="Fail (exit 1) when a filter is above this fill ratio.",
+    default=None,
+    help=f"Fail (exit 1) when a filter is above this fill ratio [default: {DEFAULT_MAX_FILL}; a cuckoo filter: "
+    "the load at which its inserts start to fail].",
 )
 @click.option(
     "--max-fpr",
@@ -149,7 +178,7 @@ def fill_ratio_command(
     app: AppContext,
     keys: tuple[str, ...],
     warn_at: float | None,
-    max_at: float,
+    max_at: float | None,
     max_fpr: float | None,
     exact: bool,
     output_format: str,
@@ -158,7 +187,9 @@ def fill_ratio_command(
     """Check how full filters are: one line per filter, exit 1 when any is over --max (5 when one is missing).
 
     The fill ratio is items / reserved capacity (what BF.RESERVE was given): above 1.0 a
-    scaling filter has grown extra sub-filters and a NONSCALING one is full.
+    scaling filter has grown extra sub-filters and a NONSCALING one is full. A cuckoo
+    filter's is its load factor (items / slots), judged by default against the load at
+    which its inserts start to fail (measured for its bucket size and MAXITERATIONS).
 
     KEYS are filter names or glob patterns (SCAN ... TYPE on every master; standby and
     old companions are skipped). Write the prometheus format to a file for node_exporter's
@@ -193,7 +224,7 @@ def fill_ratio_command(
     code = ExitCode.CONFLICT if missing else ExitCode.CHECK_FAILED if over else ExitCode.OK
     if output_format == "json":
         data = {
-            "thresholds": {"warn": limits.warn, "max": limits.max, "max_fpr": limits.max_fpr},
+            "thresholds": {"warn": limits.warn_at, "max": limits.max_at, "max_fpr": limits.max_fpr},
             "filters": [r.as_dict() for r in reports],
         }
         text = json.dumps(data, indent=2, default=str) + "\n"

@@ -7,13 +7,20 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import backend_option, format_option, shards_option, sizing_options
+from bloomctl.cli.options import (
+    backend_option,
+    cuckoo_options,
+    cuckoo_values,
+    format_option,
+    require_error_rate,
+    shards_option,
+    sizing_options,
+)
 from bloomctl.cli.output import current
 from bloomctl.cli.plan import plan_data, render_plan
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
 from bloomctl.defaults import AUTO
 from bloomctl.keys import to_display
-from bloomctl.planner import Plan
 from bloomctl.topology import node_address
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
@@ -23,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
 @click.command("reserve")
 @click.argument("key")
 @sizing_options
+@cuckoo_options
 @click.option("--dry-run", is_flag=True, help="Print the plan and check the key, create nothing.")
 @click.option(
     "--if-not-exists", is_flag=True, help="Succeed without change when a filter with the same parameters exists."
@@ -39,9 +47,13 @@ def reserve_command(
     app: AppContext,
     key: str,
     capacity: int,
-    error_rate: float,
+    error_rate: float | None,
     expansion: int | None,
     nonscaling: bool,
+    filter_type: str | None,
+    bucket_size: int | None,
+    max_iterations: int | None,
+    fingerprint_bits: str | None,
     dry_run: bool,
     if_not_exists: bool,
     force: bool,
@@ -49,12 +61,12 @@ def reserve_command(
     backend: str,
     output_format: str,
 ) -> None:
-    """Create the Bloom filter KEY (BF.RESERVE, or the bitmap backend) after printing its plan.
+    """Create the filter KEY (BF.RESERVE or CF.RESERVE, or a module-free one) after printing its plan.
 
     Refuses an existing key (exit 5) unless --if-not-exists and the existing filter has the
     same capacity, error rate and expansion. Records the error rate, creation time and
     bloomctl version in the metadata hash beside it ({KEY}:meta, same hash slot). On a
-    server without BF.* commands, --backend auto creates a module-free bitmap filter.
+    server without BF.* (CF.*) commands, --backend auto creates a module-free filter.
 
     \b
     Examples:
@@ -63,14 +75,24 @@ def reserve_command(
       bloomctl reserve users -c 10M -e 0.001 --dry-run
       bloomctl reserve users -c 1M -e 1% --backend bitmap
       bloomctl reserve users -c 3G -e 0.1% --shards 8
+      bloomctl reserve sessions --type cuckoo -c 1M --bucket-size 4
     """
     from bloomctl import backends, lifecycle
     from bloomctl.planner import plan as make_plan
 
-    chosen = backends.choose(app.server, backend)
+    cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
+    require_error_rate(error_rate, filter_type)
+    chosen = backends.choose(app.server, backend, filter_type or "bloom")
+    if chosen.kind == "cuckoo":
+        if shards is not None:
+            raise click.UsageError("cuckoo filters are not sharded: leave out --shards")
+        reserve_args = (capacity, error_rate, expansion, nonscaling, cuckoo, dry_run, if_not_exists, force)
+        render_reserve(key, *_reserve_cuckoo(app, key, chosen, *reserve_args), dry_run, output_format)
+        return
+    assert error_rate is not None
     the_plan = make_plan(capacity, error_rate, chosen.expansion_for(expansion, nonscaling))
     if shards is None:  # the plan as this server builds it (Redis 8 takes an error rate above 0.25 as 0.25)
-        the_plan = chosen.check_plan(the_plan, app.server.line)
+        the_plan = chosen.bloom_plan(chosen.check_plan(the_plan, app.server.line))
     # Create first, print after: a refused reserve leaves stdout empty.
     result = lifecycle.reserve(
         app.client,
@@ -96,17 +118,47 @@ def reserve_command(
     render_reserve(key, the_plan, result, dry_run, output_format)
 
 
-def render_reserve(key: str, the_plan: Plan, result: ReserveResult, dry_run: bool, output_format: str) -> None:
+def _reserve_cuckoo(
+    app: AppContext,
+    key: str,
+    chosen: Any,
+    capacity: int,
+    error_rate: float | None,
+    expansion: int | None,
+    nonscaling: bool,
+    cuckoo: dict[str, Any],
+    dry_run: bool,
+    if_not_exists: bool,
+    force: bool,
+) -> tuple[Any, ReserveResult]:
+    from bloomctl.cli.cuckoo import make_plan, reserve_cuckoo
+
+    the_plan = make_plan(chosen.name, capacity, error_rate, expansion, nonscaling, cuckoo, None, app.server.line)
+    return the_plan, reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)
+
+
+def render_reserve(key: str, the_plan: Any, result: ReserveResult, dry_run: bool, output_format: str) -> None:
+    from bloomctl.cuckoo_planner import CuckooPlan
+
     exists = result.state is not None
+    if isinstance(the_plan, CuckooPlan):
+        from bloomctl.cli.cuckoo import cuckoo_plan_data, render_cuckoo_plan
+
+        plan_dict = cuckoo_plan_data(the_plan)
+    else:
+        plan_dict = plan_data(the_plan, result.backend)
     if output_format == "json":
-        data: dict[str, Any] = {"plan": plan_data(the_plan, result.backend)}
+        data: dict[str, Any] = {"plan": plan_dict}
         if dry_run:
             data.update(dry_run=True, key_exists=exists)
         else:
             data.update(created=result.created, filter=result.state.as_dict() if result.state else None)
         emit_json(data)
         return
-    render_plan(the_plan, output_format, result.backend)
+    if isinstance(the_plan, CuckooPlan):
+        render_cuckoo_plan(the_plan, output_format)
+    else:
+        render_plan(the_plan, output_format, result.backend)
     if dry_run:
         verdict = "it already exists with these parameters" if exists else "would create it"
         note(f"dry run: nothing created ({verdict})")
@@ -176,12 +228,17 @@ def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
 @click.command("info")
 @click.argument("key")
 @click.option(
-    "--exact", is_flag=True, help="Scan the bits (BF.SCANDUMP) for the true fill and FPR of every sub-filter."
+    "--exact",
+    is_flag=True,
+    help="Scan the bits (BF.SCANDUMP; CF.SCANDUMP: the slots) for the true fill and FPR of every sub-filter.",
 )
 @format_option("table", "json", pipe_default="json")
 @click.pass_obj
 def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> None:
-    """Show the filter KEY: BF.INFO, fill, error rate and hashes per sub-filter, FPR now, TTL, companions, metadata.
+    """Show the filter KEY: BF.INFO (CF.INFO), fill, error rate and hashes per sub-filter, FPR now, TTL, companions, metadata.
+
+    A cuckoo filter shows its load factor (items / slots), deletions, buckets and sub-filters;
+    --exact counts the slots that hold a fingerprint in each sub-filter (CF.SCANDUMP).
 
     \b
     Examples:
@@ -202,6 +259,11 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
         current().warn(warning)
     if output_format == "json":
         emit_json(data)
+        return
+    if data["type"] == "cuckoo":
+        from bloomctl.cli.cuckoo import render_info
+
+        render_info(data)
         return
     emit_pairs(f"Filter {to_display(description.key)}", describe_rows(data))
     if data["subfilters"]:
@@ -232,6 +294,10 @@ def info_warnings(app: AppContext, description: Any) -> list[str]:
     from bloomctl.server import BloomDefaults, bloom_defaults, looks_auto_created
 
     state = description.state
+    if state.kind == "cuckoo":
+        from bloomctl.cli.cuckoo import info_warnings as cuckoo_warnings
+
+        return cuckoo_warnings(state)
     if state.backend != "redisbloom":
         return []
     defaults = bloom_defaults(app.client, app.server)

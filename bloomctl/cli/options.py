@@ -10,6 +10,14 @@ from typing import Any
 import click
 
 from bloomctl.cli.output import current
+from bloomctl.cuckoo_planner import (
+    DEFAULT_BUCKET_SIZE,
+    DEFAULT_CUCKOO_EXPANSION,
+    DEFAULT_LUA_FINGERPRINT_BITS,
+    DEFAULT_MAX_ITERATIONS,
+    MAX_BUCKET_SIZE,
+    MAX_ITERATIONS,
+)
 from bloomctl.defaults import (
     AUTO,
     BACKEND_ENV,
@@ -24,7 +32,8 @@ from bloomctl.errors import UsageError
 from bloomctl.planner import MAX_EXPANSION, parse_count, parse_error_rate
 
 F = Callable[..., Any]
-BACKEND_CHOICES = [AUTO, "redisbloom", "bitmap"]
+BACKEND_CHOICES = [AUTO, "redisbloom", "module-free", "bitmap"]
+TYPE_CHOICES = ["bloom", "cuckoo"]
 
 
 class Number(click.FloatRange):
@@ -128,14 +137,15 @@ def sizing_options(f: F) -> F:
         "--expansion",
         type=click.IntRange(1, MAX_EXPANSION),
         default=None,
-        help=f"Growth factor of each new sub-filter when full [default: {DEFAULT_EXPANSION}].",
+        help=f"Growth factor of each new sub-filter when full [default: {DEFAULT_EXPANSION}; "
+        f"cuckoo: {DEFAULT_CUCKOO_EXPANSION}, rounded up to a power of two].",
     )(f)
     f = click.option(
         "--error-rate",
         "-e",
-        required=True,
         callback=error_rate_callback,
-        help="Target false-positive rate: 0.01 or 1%.",
+        help="Target false-positive rate: 0.01 or 1% (a Bloom filter needs it; a cuckoo filter's bucket size "
+        "and fingerprints set its rate: given, it is checked against them).",
     )(f)
     f = click.option(
         "--capacity",
@@ -145,6 +155,63 @@ def sizing_options(f: F) -> F:
         help="Items the first sub-filter holds: 1000000, 1_000_000, 1e6, 1M or 2.5k.",
     )(f)
     return f
+
+
+def cuckoo_options(f: F) -> F:
+    """--type, and a cuckoo filter's --bucket-size, --max-iterations and --fingerprint-bits."""
+    f = click.option(
+        "--fingerprint-bits",
+        type=click.Choice(["8", "16", "32"]),
+        default=None,
+        help="Module-free cuckoo filter: bits per fingerprint [default: the fewest that meet --error-rate, "
+        f"else {DEFAULT_LUA_FINGERPRINT_BITS}]. RedisBloom's are 8.",
+    )(f)
+    f = click.option(
+        "--max-iterations",
+        type=click.IntRange(1, MAX_ITERATIONS),
+        default=None,
+        help=f"Cuckoo filter: relocations an insert may try before the filter grows or is full "
+        f"[default: {DEFAULT_MAX_ITERATIONS}].",
+    )(f)
+    f = click.option(
+        "--bucket-size",
+        type=click.IntRange(1, MAX_BUCKET_SIZE),
+        default=None,
+        help=f"Cuckoo filter: fingerprints per bucket [default: {DEFAULT_BUCKET_SIZE}]; larger buckets fill "
+        "fuller before inserts fail, and give more false positives.",
+    )(f)
+    f = click.option(
+        "--type",
+        "filter_type",
+        type=click.Choice(TYPE_CHOICES),
+        default=None,
+        help="bloom, or cuckoo (items can be deleted; CF.* or the module-free cuckoo filter) [default: bloom; "
+        "an existing filter's own].",
+    )(f)
+    return f
+
+
+def cuckoo_values(
+    filter_type: str | None, bucket_size: int | None, max_iterations: int | None, fingerprint_bits: str | None
+) -> dict[str, Any]:
+    """The cuckoo options as the library names them; refused for a Bloom filter."""
+    if filter_type != "cuckoo" and (bucket_size, max_iterations, fingerprint_bits) != (None, None, None):
+        given = [
+            name
+            for name, value in (
+                ("--bucket-size", bucket_size),
+                ("--max-iterations", max_iterations),
+                ("--fingerprint-bits", fingerprint_bits),
+            )
+            if value is not None
+        ]
+        if filter_type == "bloom" or filter_type is None:
+            raise click.UsageError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --type cuckoo")
+    return {
+        "bucket_size": bucket_size,
+        "max_iterations": max_iterations,
+        "fingerprint_bits": int(fingerprint_bits) if fingerprint_bits else None,
+    }
 
 
 def backend_option(help_text: str) -> Callable[[F], F]:
@@ -168,6 +235,11 @@ def expansion_for(backend: str, expansion: int | None, nonscaling: bool) -> int 
     from bloomctl.backends import get
 
     return get(backend).expansion_for(expansion, nonscaling)
+
+
+def require_error_rate(error_rate: float | None, filter_type: str | None) -> None:
+    if error_rate is None and filter_type != "cuckoo":
+        raise click.UsageError("Missing option '--error-rate' / '-e' (a Bloom filter needs it)")
 
 
 def swap_guard_options(f: F) -> F:

@@ -6,7 +6,16 @@ from typing import Any
 
 import click
 
-from bloomctl.cli.options import capacity_callback, expansion_for, format_option, shards_option, sizing_options
+from bloomctl.cli.options import (
+    capacity_callback,
+    cuckoo_options,
+    cuckoo_values,
+    expansion_for,
+    format_option,
+    require_error_rate,
+    shards_option,
+    sizing_options,
+)
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags, warn
 from bloomctl.errors import UsageError
 from bloomctl.planner import DEFAULT_LINE, SERVER_LINES, Plan, for_line, plan, shard_plan, suggest_shards
@@ -92,6 +101,7 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
 
 @click.command("plan")
 @sizing_options
+@cuckoo_options
 @click.option(
     "--items",
     "-n",
@@ -100,10 +110,10 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
 )
 @click.option(
     "--backend",
-    type=click.Choice(["redisbloom", "bitmap"]),
+    type=click.Choice(["redisbloom", "module-free", "bitmap"]),
     default=None,
-    help="Size for RedisBloom (BF.RESERVE) or for the module-free bitmap backend (always NONSCALING) "
-    "[default: redisbloom; bitmap with --server bitmap].",
+    help="Size for RedisBloom (BF.RESERVE, CF.RESERVE) or for the module-free backend (bitmap for a Bloom "
+    "filter: never grows) [default: redisbloom; module-free with --server bitmap].",
 )
 @click.option(
     "--server",
@@ -123,9 +133,13 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
 @format_option("table", "json", pipe_default="json")
 def plan_command(
     capacity: int,
-    error_rate: float,
+    error_rate: float | None,
     expansion: int | None,
     nonscaling: bool,
+    filter_type: str | None,
+    bucket_size: int | None,
+    max_iterations: int | None,
+    fingerprint_bits: str | None,
     items: int | None,
     backend: str | None,
     line: str | None,
@@ -149,8 +163,23 @@ def plan_command(
       bloomctl plan -c 1M -e 1% --backend bitmap
       bloomctl plan -c 77 -e 0.3 --expansion 3 --server redisbloom2
       bloomctl plan -c 2G -e 0.1% --max-shard-memory 512M
+      bloomctl plan --type cuckoo -c 1M --bucket-size 4 --items 900k
+      bloomctl plan --type cuckoo -c 1M -e 0.01% --backend module-free
     """
-    backend, line = _backend_and_line(backend, line)
+    cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
+    require_error_rate(error_rate, filter_type)
+    backend, line = _backend_and_line(None if backend == "module-free" and filter_type != "cuckoo" else backend, line)
+    if filter_type == "cuckoo":
+        if shards is not None or max_shard_memory is not None:
+            raise UsageError("cuckoo filters are not sharded: leave out --shards and --max-shard-memory")
+        from bloomctl.cli.cuckoo import make_plan, render_cuckoo_plan
+
+        name = "lua-cuckoo" if backend in ("bitmap", "module-free") else "redisbloom-cuckoo"
+        render_cuckoo_plan(
+            make_plan(name, capacity, error_rate, expansion, nonscaling, cuckoo, items, line), output_format
+        )
+        return
+    assert error_rate is not None
     the_plan = plan(capacity, error_rate, expansion_for(backend, expansion, nonscaling), items)
     if shards is None and max_shard_memory is None:
         the_plan = for_line(the_plan, line)  # (a sharded plan is split first: each member is checked)

@@ -13,6 +13,8 @@ from bloomctl.cli.options import (
     Number,
     backend_option,
     capacity_callback,
+    cuckoo_options,
+    cuckoo_values,
     error_rate_callback,
     format_option,
     shards_option,
@@ -182,7 +184,8 @@ def plan_options(f: Any) -> Any:
             "-c",
             callback=_capacity,
             metavar="N|auto",
-            help="Capacity, or auto: rows counted x --headroom [default: the active filter's, else auto].",
+            help="Capacity, or auto: rows counted x --headroom (a cuckoo filter's: over the load at which its "
+            "inserts start to fail) [default: the active filter's, else auto].",
         ),
         click.option(
             "--headroom",
@@ -309,6 +312,7 @@ def load_options(f: Any) -> Any:
 @click.argument("key")
 @source_options
 @plan_options
+@cuckoo_options
 @build_options
 @load_options
 @click.option("--swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
@@ -340,6 +344,8 @@ def rebuild_command(
 
     Streams the source (constant memory) into the standby key ({KEY}:standby, same hash slot)
     with several batches in flight, under the filter's lock (a second rebuild exits 6 at once).
+    A cuckoo filter (--type cuckoo, or an existing one) gets each distinct item once, and the
+    application's adds and deletes during the load replayed (docs/cuckoo.md).
     Before any swap, a random sample of source items (or all, with --verify all) must be found
     in the standby: a miss exits 7 with nothing swapped. Without --swap the verified standby
     stays for `bloomctl swap` later. The active filter is never touched until the final,
@@ -354,9 +360,10 @@ def rebuild_command(
       BLOOMCTL_DB_URL=postgresql://app@db/prod bloomctl rebuild users \\
           --from-sql 'SELECT id, updated_at FROM users' --since-column updated_at --swap --keep-old 3600
       zcat users.csv.gz | bloomctl rebuild users --from-csv - --no-header -c 10M -e 1% --dry-run
+      bloomctl rebuild sessions --type cuckoo --from-sql 'SELECT id FROM sessions' --bucket-size 4 --swap
     """
     from bloomctl.build import tune_allocator
-    from bloomctl.rebuild import RebuildOptions, rebuild
+    from bloomctl.rebuild import rebuild
     from bloomctl.sources import open_source
 
     started = time.monotonic()
@@ -373,13 +380,12 @@ def rebuild_command(
     reporter = Reporter(app.output)
     try:  # (the source opened inside: a missing file or driver also lands in the metrics file)
         source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
-        options["verify_all"] = options.pop("verify_mode") == "all"
         report = rebuild(
             app.client,
             app.server,
             key,
             source,
-            RebuildOptions.from_mapping(options),
+            rebuild_options(options),
             events=reporter.event,
             progress=reporter.progress,
         )
@@ -397,6 +403,16 @@ def rebuild_command(
     if metrics_file:
         write_metrics(metrics_file, key, started, ExitCode.OK, report.source.items, swapped=report.swapped)
     render_report(report, output_format)
+
+
+def rebuild_options(options: dict[str, Any]) -> Any:
+    """The command's options (the source's taken out) as the library's ``RebuildOptions``."""
+    from bloomctl.rebuild import RebuildOptions
+
+    options["verify_all"] = options.pop("verify_mode") == "all"
+    cuckoo = [options.pop(name) for name in ("bucket_size", "max_iterations", "fingerprint_bits")]
+    options.update(cuckoo_values(options["filter_type"], *cuckoo))
+    return RebuildOptions.from_mapping(options)
 
 
 def write_metrics(path: str, key: str, started: float, code: int, items: int, *, swapped: bool) -> None:

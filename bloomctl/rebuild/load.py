@@ -16,6 +16,7 @@ from typing import Any
 
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
+from bloomctl.dedupe import Seen
 from bloomctl.defaults import CLIENT_BATCH
 from bloomctl.loader import Loader, LoadStats, Progress
 from bloomctl.rebuild.options import Events, RebuildOptions
@@ -78,13 +79,27 @@ def catch_up(
     reservoir: Sample | None,
     log: Events,
     check: Callable[[], None] | None = None,
+    seen: Seen | None = None,
 ) -> tuple[LoadStats, int]:
-    """Load the rows changed since ``since`` minus the skew; returns the load and the rows read."""
+    """Load the rows changed since ``since`` minus the skew; returns the load and the rows read.
+    With ``seen`` (a cuckoo filter), items the load inserted already are not sent again."""
     assert options.since_column is not None
     moment = since - timedelta(seconds=options.catchup_skew)
     recent = source.since(options.since_column, moment)
     log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
-    stats = load(client, backend, standbys, recent.batches(options.batch), options, reservoir=reservoir, check=check)
+    batches = recent.batches(options.batch)
+    before = seen.duplicates if seen is not None else 0
+    stats = load(
+        client,
+        backend,
+        standbys,
+        seen.batches(batches) if seen is not None else batches,
+        options,
+        reservoir=reservoir,
+        check=check,
+    )
+    if seen is not None:
+        stats.duplicates += seen.duplicates - before
     return stats, recent.stats.items
 
 

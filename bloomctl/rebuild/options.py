@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from bloomctl.cuckoo_planner import CuckooPlan
 from bloomctl.defaults import (
     AUTO,
     DEFAULT_BATCH_SIZE,
@@ -32,6 +33,12 @@ class RebuildOptions:
     error_rate: float | None = None
     expansion: int | None = None
     nonscaling: bool = False
+    filter_type: str | None = None  # bloom or cuckoo; None: the active filter's, else bloom
+    bucket_size: int | None = None  # a cuckoo filter's (None: the active filter's, else 2)
+    max_iterations: int | None = None  # a cuckoo filter's (None: the active filter's, else 20)
+    fingerprint_bits: int | None = (
+        None  # the module-free cuckoo filter's (None: the active filter's, else from the error rate)
+    )
     backend: str = AUTO
     batch_size: int | None = None  # items per add command; None: the backend's (5000 RedisBloom, 1000 bitmap)
     max_rate: float | None = None  # items per second, at most, on the server path
@@ -76,7 +83,7 @@ class RebuildReport:
     key: str
     standby: str
     backend: str
-    plan: Plan
+    plan: Plan | CuckooPlan
     counted: int | None = None  # rows counted for capacity auto
     source: SourceStats = field(default_factory=SourceStats)
     load: LoadStats = field(default_factory=LoadStats)
@@ -94,6 +101,25 @@ class RebuildReport:
     build: str = "server"  # where the bits were computed: client or server
     build_note: str | None = None  # why not in the client (when auto chose the server)
     uploaded_bytes: int = 0  # bytes of bits a client build sent
+    replayed: int | None = None  # a cuckoo filter: the writes made during the rebuild, replayed into the standby
+
+    def plan_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "capacity": self.plan.capacity,
+            "error_rate": self.plan.error_rate,
+            "expansion": self.plan.expansion,
+        }
+        if isinstance(self.plan, CuckooPlan):
+            data.update(
+                bucket_size=self.plan.bucket_size,
+                max_iterations=self.plan.max_iterations,
+                fingerprint_bits=self.plan.fingerprint_bits,
+                buckets=self.plan.buckets,
+                usable_capacity=self.plan.usable_capacity,
+            )
+        else:
+            data["hashes"] = self.plan.first.hashes
+        return data
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -102,12 +128,8 @@ class RebuildReport:
             "shards": self.shards,
             "backend": self.backend,
             "dry_run": self.dry_run,
-            "plan": {
-                "capacity": self.plan.capacity,
-                "error_rate": self.plan.error_rate,
-                "expansion": self.plan.expansion,
-                "hashes": self.plan.first.hashes,
-            },
+            "type": self.plan.kind,
+            "plan": self.plan_dict(),
             "counted": self.counted,
             "items_read": self.source.items,
             "rows": self.source.rows,
@@ -125,6 +147,7 @@ class RebuildReport:
             "build": self.build,
             "build_note": self.build_note,
             "uploaded_bytes": self.uploaded_bytes,
+            "replayed": self.replayed,
             "seconds": round(self.seconds, 3),
             "items_per_second": round(self.load.rate),
         }

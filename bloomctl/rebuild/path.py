@@ -16,7 +16,6 @@ from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
 from bloomctl.defaults import AUTO
 from bloomctl.errors import UnsupportedServer
-from bloomctl.planner import Plan
 from bloomctl.rebuild.options import RebuildOptions
 from bloomctl.rebuild.preflight import Targets
 from bloomctl.server import ServerInfo
@@ -43,6 +42,8 @@ def choose(
     """Where to build; reads the standbys' layouts and runs the probe (the standbys exist)."""
     if options.build == "server":
         return Path("server")
+    if backend.kind == "cuckoo":  # where each item lands depends on the others: only the server knows
+        return _server("cuckoo filters are built on the server", options)
     if not build.available():
         return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", options)
     if backend.name == "redisbloom" and not all(name in server.commands for name in CHUNK_COMMANDS):
@@ -73,7 +74,7 @@ def _unsuitable(
         room = _server_room(client, targets, [layout.nbytes for layout in layouts])
         if room is not None:
             return room
-    plan: Plan = targets.plan
+    plan = backend.bloom_plan(targets.plan)
     if plan.scaling and not source.rewindable:
         return "a scaling filter fed from a source read once could outgrow one sub-filter"
     mismatch = probe.check(client, backend, targets.families[0], plan.error_rate, plan.expansion)

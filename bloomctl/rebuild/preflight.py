@@ -8,11 +8,20 @@ filters the rebuild writes: the key itself, or every member of a sharded filter.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bloomctl import backends
-from bloomctl.backends import AUTO, Backend
+from bloomctl.backends import AUTO, BLOOM, CUCKOO, Backend, CuckooState, FilterState
+from bloomctl.backends.base import AnyPlan
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import (
+    DEFAULT_BUCKET_SIZE,
+    DEFAULT_MAX_ITERATIONS,
+    LUA,
+    REDISBLOOM,
+    cuckoo_plan,
+    full_load,
+)
 from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
@@ -67,11 +76,36 @@ def check_jobs(source: Source, options: RebuildOptions) -> None:
 
 @dataclass(frozen=True)
 class Recorded:
-    """The parameters the metadata of the filter being rebuilt records (None: not recorded)."""
+    """The parameters the metadata of the filter being rebuilt records (None: not recorded); a
+    cuckoo filter's from the filter itself where its metadata does not say."""
 
     error_rate: float | None = None
     capacity: int | None = None
     expansion: str | None = None  # "nonscaling" or a number
+    bucket_size: int | None = None
+    max_iterations: int | None = None
+    fingerprint_bits: int | None = None
+
+    def with_cuckoo(self, meta: dict[str, str], state: FilterState | None) -> Recorded:
+        """A cuckoo filter's bucket size, MAXITERATIONS and fingerprint size: the metadata's, else
+        the filter's own (a filter made by CF.RESERVE records none); its capacity, else its slots."""
+
+        def number(name: str, fallback: int | None) -> int | None:
+            text = meta.get(name)
+            return int(text) if text is not None and text.isdigit() else fallback
+
+        cuckoo = state if isinstance(state, CuckooState) else None
+        expansion = self.expansion
+        if expansion is None and cuckoo is not None:
+            expansion = "nonscaling" if cuckoo.expansion is None else str(cuckoo.expansion)
+        return replace(
+            self,
+            capacity=self.capacity if self.capacity is not None else (cuckoo.reserved_capacity if cuckoo else None),
+            expansion=expansion,
+            bucket_size=number("bucket_size", cuckoo.bucket_size if cuckoo else None),
+            max_iterations=number("max_iterations", cuckoo.max_iterations if cuckoo else None),
+            fingerprint_bits=number("fingerprint_bits", cuckoo.fingerprint_bits if cuckoo else None),
+        )
 
     @classmethod
     def parse(cls, meta: dict[str, str], where: bytes) -> Recorded:
@@ -107,11 +141,11 @@ class Recorded:
 
 
 def recorded_parameters(
-    client: RedisClient, server: ServerInfo, family: KeyFamily, requested: str
+    client: RedisClient, server: ServerInfo, family: KeyFamily, requested: str, kind: str | None = None
 ) -> tuple[Backend, Recorded | None]:
     """The backend of the filter being rebuilt and the parameters its metadata records (for a
     sharded one, its members' current ones); None for a new filter, whose backend is chosen from
-    the server."""
+    the server (for the filter type ``kind``, bloom by default)."""
     manifest = read_manifest(client, family.active)
     if manifest is not None:
         backend = backends.get(manifest.backend)
@@ -128,19 +162,35 @@ def recorded_parameters(
         )
     if backends.key_type(client, family.active) != b"none":
         backend = backends.for_key(client, family.active, "active filter")
-        if requested not in (AUTO, backend.name):
+        if kind is not None and kind != backend.kind:
+            raise StateConflict(
+                "the active filter is a %s filter: a %s filter could not be swapped in (rebuild under another key)",
+                backend.kind,
+                kind,
+            )
+        if requested not in (AUTO, backend.name) and backends.choose(server, requested, backend.kind) is not backend:
             raise StateConflict(
                 "the active filter is a %s filter: a %s standby could not be swapped in", backend.name, requested
             )
-        return backend, Recorded.parse(read_metadata(client, family.meta), family.meta)
-    return backends.choose(server, requested), None
+        meta = read_metadata(client, family.meta)
+        recorded = Recorded.parse(meta, family.meta)
+        if backend.kind == CUCKOO:
+            recorded = recorded.with_cuckoo(meta, backend.info(client, family.active, with_header=False))
+        return backend, recorded
+    return backends.choose(server, requested, kind or BLOOM), None
 
 
 def resolve_plan(
     client: RedisClient, server: ServerInfo, key: str | bytes, source: Source, options: RebuildOptions, events: Events
-) -> tuple[Plan, Backend, int | None]:
+) -> tuple[AnyPlan, Backend, int | None]:
     """The plan (whole filter), its backend, and the rows counted for ``capacity`` auto (or None)."""
-    backend, found = recorded_parameters(client, server, KeyFamily.of(key), options.backend)
+    backend, found = recorded_parameters(client, server, KeyFamily.of(key), options.backend, options.filter_type)
+    if backend.kind == CUCKOO:
+        return resolve_cuckoo_plan(backend, found or Recorded(), source, options, events)
+    if options.bucket_size is not None or options.max_iterations is not None or options.fingerprint_bits is not None:
+        raise UsageError(
+            "`bucket_size`, `max_iterations` and `fingerprint_bits` are a cuckoo filter's: give `filter_type` cuckoo"
+        )
     recorded = found or Recorded()
     error_rate = options.error_rate if options.error_rate is not None else recorded.error_rate
     if error_rate is None:
@@ -153,10 +203,7 @@ def resolve_plan(
         capacity = recorded.capacity if recorded.capacity is not None else AUTO
     counted = None
     if capacity == AUTO:
-        if not source.rewindable:
-            raise UsageError("a source read once (stdin) cannot be counted first: pass `capacity` N")
-        events("counting the source (capacity auto)", {"phase": "count"})
-        counted = source.count()
+        counted = count_rows(source, events)
         capacity = max(math.ceil(counted * options.headroom), 1)
         events(
             f"counted {counted:,} rows: capacity {capacity:,} (headroom x{options.headroom:g})",
@@ -167,12 +214,60 @@ def resolve_plan(
     return backend.check_plan(plan(capacity, error_rate, expansion)), backend, counted
 
 
+def count_rows(source: Source, events: Events) -> int:
+    if not source.rewindable:
+        raise UsageError("a source read once (stdin) cannot be counted first: pass `capacity` N")
+    events("counting the source (capacity auto)", {"phase": "count"})
+    return source.count()
+
+
+def resolve_cuckoo_plan(
+    backend: Backend, recorded: Recorded, source: Source, options: RebuildOptions, events: Events
+) -> tuple[AnyPlan, Backend, int | None]:
+    """A cuckoo filter's plan: each parameter from the options, else the active filter's, else
+    CF.RESERVE's defaults. ``capacity`` auto sizes the filter so that the counted rows x headroom
+    fit below the load at which its inserts start to fail (not merely into its slots)."""
+    if options.shards is not None:
+        raise UsageError("cuckoo filters are not sharded: leave out `shards`")
+    bucket_size = options.bucket_size or recorded.bucket_size or DEFAULT_BUCKET_SIZE
+    max_iterations = options.max_iterations or recorded.max_iterations or DEFAULT_MAX_ITERATIONS
+    expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)
+    fingerprint_bits = options.fingerprint_bits or (recorded.fingerprint_bits if options.error_rate is None else None)
+    engine = LUA if backend.name == "lua-cuckoo" else REDISBLOOM
+    capacity = options.capacity if options.capacity is not None else (recorded.capacity or AUTO)
+    counted = None
+    if capacity == AUTO:
+        counted = count_rows(source, events)
+        load = full_load(bucket_size, max_iterations, engine)
+        capacity = max(math.ceil(counted * options.headroom / load), 2 * bucket_size)
+        events(
+            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{options.headroom:g}; inserts start to "
+            f"fail at {load:.0%} of the slots with bucket size {bucket_size})",
+            {"phase": "count", "rows": counted, "capacity": capacity},
+        )
+    if isinstance(capacity, str):
+        raise UsageError("`capacity` must be a number or auto, got %r", capacity)
+    the_plan = cuckoo_plan(
+        capacity,
+        bucket_size=bucket_size,
+        max_iterations=max_iterations,
+        expansion=expansion,
+        engine=engine,
+        error_rate=options.error_rate,
+        fingerprint_bits=fingerprint_bits,
+        items=counted,
+    )
+    for warning in the_plan.warnings():
+        events(warning, {"phase": "plan", "warning": "plan"})
+    return backend.check_plan(the_plan), backend, counted
+
+
 @dataclass(frozen=True)
 class Targets:
     """The filters a rebuild writes: the key itself, or every member of a sharded filter."""
 
     members: list[bytes]
-    plan: Plan  # of each member
+    plan: AnyPlan  # of each member
     manifest: Manifest | None = None
     new_manifest: bool = False  # a first sharded build: write the manifest once the members are ready
 
@@ -186,10 +281,12 @@ class Targets:
 
 
 def targets(
-    client: RedisClient, key: str | bytes, total: Plan, backend: Backend, options: RebuildOptions, line: str
+    client: RedisClient, key: str | bytes, total: AnyPlan, backend: Backend, options: RebuildOptions, line: str
 ) -> Targets:
     """The filters the rebuild writes, each with its plan as the server ``line`` builds it."""
     family = KeyFamily.of(key)
+    if not isinstance(total, Plan):  # a cuckoo filter: never sharded
+        return Targets([family.active], backend.check_plan(total, line))
     manifest = read_manifest(client, family.active)
     if manifest is not None:
         if options.shards not in (None, manifest.shards):
@@ -198,12 +295,12 @@ def targets(
                 to_display(family.active),
                 manifest.shards,
             )
-        members = backend.check_plan(shard_plan(total, manifest.shards), line)
+        members = backend.bloom_plan(backend.check_plan(shard_plan(total, manifest.shards), line))
         return Targets(list(manifest.members), members, manifest)
     if options.shards is None:
         return Targets([family.active], backend.check_plan(total, line))
     if backends.key_type(client, family.active) != b"none":
         raise StateConflict("%r is a single filter: a sharded filter needs a new key", to_display(family.active))
-    per_shard = backend.check_plan(shard_plan(total, options.shards), line)
+    per_shard = backend.bloom_plan(backend.check_plan(shard_plan(total, options.shards), line))
     manifest = new_manifest(client, family.active, options.shards, per_shard, backend)
     return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)

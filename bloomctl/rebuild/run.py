@@ -14,7 +14,10 @@ from datetime import datetime
 
 from bloomctl import lifecycle
 from bloomctl.backends import Backend
+from bloomctl.backends.base import AnyPlan
 from bloomctl.client import RedisClient
+from bloomctl.cuckoo_planner import CuckooPlan
+from bloomctl.dedupe import Seen
 from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
 from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
@@ -22,7 +25,6 @@ from bloomctl.loader import Progress, over_capacity
 from bloomctl.lock import FilterLock
 from bloomctl.manifest import write_manifest
 from bloomctl.metadata import FAILED, INTERRUPTED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
-from bloomctl.planner import Plan
 from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.path import choose, describe
@@ -54,7 +56,7 @@ def rebuild(
     check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
     the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
     if options.batch_size is None:  # the backend's: no add command over 20 ms on the server
-        options = replace(options, batch_size=backend.batch_size)
+        options = replace(options, batch_size=backend.batch_for(the_plan))
     chosen = targets(client, family.active, the_plan, backend, options, server.line)
     if chosen.manifest is None:
         the_plan = chosen.plan  # one filter: its plan as this server builds it (Redis 8 caps error rates)
@@ -78,10 +80,14 @@ def rebuild(
                 {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},
             )
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
+            # a cuckoo filter counts: each distinct item is inserted once, and the replay asks which it holds
+            seen = Seen(options.client_memory) if backend.kind == "cuckoo" else None
             try:
                 since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
-                reservoir = load_all(client, server, backend, source, standbys, since, options, report, log, progress)
-                verify_all(client, backend, source, standbys, reservoir, since, options, report, log)
+                reservoir = load_all(
+                    client, server, backend, source, standbys, since, options, report, log, progress, seen
+                )
+                verify_all(client, backend, source, standbys, reservoir, since, options, report, log, seen)
             except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so in the metadata, then stop
                 with contextlib.suppress(Exception):
                     standbys.mark(INTERRUPTED)
@@ -113,7 +119,12 @@ def _explain_by_a_lost_lock(lock: FilterLock, exc: Exception) -> None:
 
 
 def new_report(
-    family: KeyFamily, chosen: Targets, backend: Backend, the_plan: Plan, counted: int | None, options: RebuildOptions
+    family: KeyFamily,
+    chosen: Targets,
+    backend: Backend,
+    the_plan: AnyPlan,
+    counted: int | None,
+    options: RebuildOptions,
 ) -> RebuildReport:
     sharded = chosen.manifest is not None
     return RebuildReport(
@@ -155,9 +166,11 @@ def load_all(
     report: RebuildReport,
     log: Events,
     progress: Progress | None,
+    seen: Seen | None = None,
 ) -> Sample | None:
     """Steps 3 and 4: the load (in the client, or on the server), then (SQL with ``since_column``)
-    the catch-up from ``since``. Returns the sample to verify."""
+    the catch-up from ``since``. Returns the sample to verify. With ``seen`` (a cuckoo filter),
+    only the first sight of each item is inserted."""
     keys = standbys.targets.standbys
     path = choose(client, server, backend, source, standbys.targets, options)
     report.build, report.build_note = path.where, path.reason
@@ -166,7 +179,7 @@ def load_all(
     if path.where == "client":
         reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
     else:
-        reservoir = load_on_server(client, backend, source, standbys, options, report, progress)
+        reservoir = load_on_server(client, backend, source, standbys, options, report, progress, seen)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -180,9 +193,11 @@ def load_all(
     standbys.lock.check()
     if since is not None and isinstance(source, IncrementalSource):
         report.catchup, report.catchup_rows = catch_up(
-            client, backend, keys, source, since, options, reservoir, log, standbys.lock.check_writing
+            client, backend, keys, source, since, options, reservoir, log, standbys.lock.check_writing, seen
         )
         standbys.lock.check()
+    if seen is not None:  # the repeats were never sent: they count as already present
+        report.load.duplicates += seen.duplicates - (report.catchup.duplicates if report.catchup else 0)
     check_fill(client, backend, standbys, log)
     return reservoir
 
@@ -195,8 +210,12 @@ def growth_limit(backend: Backend, standbys: Standbys) -> int | None:
 
 def check_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: Events) -> None:
     """After the load (dual writes and the catch-up included): a filter that never grows and holds
-    more than its capacity is refused (marked failed, never swapped); over 80% full is a warning."""
+    more than its capacity is refused (marked failed, never swapped); over 80% full is a warning.
+    A cuckoo filter is judged by its load: past the measured load where inserts start to fail."""
     capacity = standbys.targets.plan.capacity
+    if isinstance(standbys.targets.plan, CuckooPlan):
+        check_cuckoo_fill(client, backend, standbys, log)
+        return
     for member in standbys.targets.families:
         items = backend.card(client, member.standby)
         if backend.name == "bitmap" and items > capacity:
@@ -208,6 +227,25 @@ def check_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: E
                 f"capacity of {capacity:,}: it never grows; plan a larger capacity before it fills",
                 {"phase": "load", "warning": "fill", "items": items, "capacity": capacity},
             )
+
+
+def check_cuckoo_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: Events) -> None:
+    the_plan = standbys.targets.plan
+    assert isinstance(the_plan, CuckooPlan)
+    standby = standbys.targets.families[0].standby
+    state = backend.info(client, standby, with_header=False)
+    if state.filters > 1:
+        log(
+            f"the new filter {to_display(standby)!r} grew to {state.filters} sub-filters while loading: every lookup "
+            "checks each, and its false-positive rate adds up; plan a larger capacity",
+            {"phase": "load", "warning": "grew", "filters": state.filters},
+        )
+    elif state.fill_ratio > WARN_FILL * the_plan.full_load:
+        log(
+            f"the new filter {to_display(standby)!r} holds {state.items:,} items, a load of {state.fill_ratio:.0%}; its "
+            f"inserts start to fail at about {the_plan.full_load:.0%}: plan a larger capacity before it fills",
+            {"phase": "load", "warning": "fill", "items": state.items},
+        )
 
 
 def build_in_client(
@@ -247,15 +285,17 @@ def load_on_server(
     options: RebuildOptions,
     report: RebuildReport,
     progress: Progress | None,
+    seen: Seen | None = None,
 ) -> Sample | None:
     """The server path: batches in flight into the standbys, never past a bitmap's capacity, the
-    lock checked before each batch. Returns the sample to verify."""
+    lock checked before each batch (with ``seen``, each item once). Returns the sample to verify."""
     reservoir = new_reservoir(options)
+    batches = prefetched(source.batches(options.batch))
     report.load = load(
         client,
         backend,
         standbys.targets.standbys,
-        prefetched(source.batches(options.batch)),
+        seen.batches(batches) if seen is not None else batches,
         options,
         reservoir=reservoir,
         progress=progress,
@@ -275,8 +315,10 @@ def verify_all(
     options: RebuildOptions,
     report: RebuildReport,
     log: Events,
+    seen: Seen | None = None,
 ) -> None:
-    """Step 5: every item (a second pass over the source) or the sample must be in the standbys."""
+    """Step 5: every item (a second pass over the source) or the sample must be in the standbys;
+    then (a cuckoo filter) the application's writes during the load are replayed into it."""
     keys = standbys.targets.standbys
     try:
         if options.verify_all:
@@ -293,6 +335,15 @@ def verify_all(
     except VerifyFailed:
         standbys.mark(FAILED)
         raise
+    if seen is not None:
+        from bloomctl.rebuild.replay import replay
+
+        try:
+            report.replayed = replay(client, standbys, seen, log)
+        except StateConflict:
+            with contextlib.suppress(Exception):
+                standbys.mark(FAILED)
+            raise
     standbys.mark(VERIFIED if report.verify_mode != "none" else LOADED)
     standbys.lock.check()
 

@@ -23,11 +23,11 @@ from bloomctl.metadata import LOADING, RECIPE, mark_state, metadata_for
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.preflight import Targets
 
-# KEYS: standby, its metadata. ARGV: generation. Removes both only if this run made them.
+# KEYS: standby, its metadata, its log. ARGV: generation. Removes them only if this run made them.
 DISCARD_LUA = """
 if redis.call('HGET', KEYS[2], 'generation') ~= ARGV[1] then return 0 end
 local build = redis.call('HGET', KEYS[2], 'build')
-redis.call('UNLINK', KEYS[1], KEYS[2])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 if build then redis.call('UNLINK', build) end
 return 1
 """
@@ -64,7 +64,7 @@ class Standbys:
         value: the run that made them failed); returns how many were removed."""
         script = self.client.register_script(DISCARD_LUA)
         return sum(
-            int(script(keys=[member.standby, member.standby_meta], args=[self.generation]))
+            int(script(keys=[member.standby, member.standby_meta, member.standby_log], args=[self.generation]))
             for member in self.targets.families
         )
 
@@ -99,11 +99,14 @@ def prepare_standbys(
         )
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
+    if backend.kind == "cuckoo":
+        meta["dual"] = "log"  # the application's writes go to the log until the rebuild replays it
     if recipe is not None:
         meta[RECIPE] = recipe
     for member in targets.families:
+        check_log(client, member.standby_log)
         leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
-        client.unlink(member.standby, member.standby_meta, *([leftover] if leftover else []))
+        client.unlink(member.standby, member.standby_meta, member.standby_log, *([leftover] if leftover else []))
         client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
         try:
             backend.reserve(client, member.standby, targets.plan)
@@ -113,6 +116,18 @@ def prepare_standbys(
             standbys.discard()
             raise out_of_memory(exc, member.standby) from None
     return standbys
+
+
+def check_log(client: RedisClient, log: bytes) -> None:
+    """The standby's log is a list bloomctl's functions append to: anything else there is someone
+    else's, and is never deleted."""
+    kind = backends.key_type(client, log)
+    if kind not in (b"none", b"list"):
+        raise StateConflict(
+            "%r holds %s: bloomctl keeps a cuckoo standby's log there; move that key away first",
+            to_display(log),
+            backends.describe_type(kind),
+        )
 
 
 def out_of_memory(exc: BaseException, standby: bytes) -> OutOfMemory:
