@@ -3,7 +3,7 @@
 The package is a library first; ``bloomctl.cli`` is a thin Click adapter over it. The public
 names below load lazily (PEP 562), so ``import bloomctl`` and ``bloomctl --help`` stay fast:
 
-    from bloomctl import Filter, ShardedFilter, open_filter, plan, connect, settings_from
+    from bloomctl import Filter, ShardedFilter, WindowedFilter, open_filter, plan, connect, settings_from
 
 See docs/python-api.md.
 """
@@ -20,6 +20,7 @@ _PUBLIC = {
     "Filter": "bloomctl.filters",
     "ShardedFilter": "bloomctl.filters",
     "open_filter": "bloomctl.filters",
+    "WindowedFilter": "bloomctl.window",
     "plan": "bloomctl.planner",
     "Plan": "bloomctl.planner",
     "connect": "bloomctl.connection",
@@ -38,6 +39,7 @@ __all__ = [  # noqa: RUF022 - in the order of _PUBLIC
     "Filter",
     "ShardedFilter",
     "open_filter",
+    "WindowedFilter",
     "plan",
     "Plan",
     "connect",
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from bloomctl.rebuild import RebuildOptions
     from bloomctl.server import detect
     from bloomctl.sources import open_source
+    from bloomctl.window import WindowedFilter
 
 
 def __getattr__(name: str) -> Any:

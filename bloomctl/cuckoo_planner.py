@@ -260,6 +260,23 @@ class CuckooPlan:
             f"each one, so the false-positive rate multiplies; reserve a capacity of at least {needed:,}"
         ]
 
+    def for_engine(self, engine: str) -> CuckooPlan:
+        """The same filter on the other engine: the module-free one never grows and picks its own
+        fingerprint size (from the target error rate); RedisBloom's fingerprints are 8 bits."""
+        if engine == self.engine:
+            return self
+        if engine == LUA:
+            return cuckoo_plan(
+                self.capacity,
+                bucket_size=self.bucket_size,
+                max_iterations=self.max_iterations,
+                expansion=None,
+                engine=LUA,
+                error_rate=self.target_error_rate,
+                items=self.items,
+            )
+        return self._with(engine=REDISBLOOM, fingerprint_bits=8)
+
     def with_bucket_size(self, bucket_size: int) -> CuckooPlan:
         return self._with(bucket_size=bucket_size)
 

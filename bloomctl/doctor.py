@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.client import RedisClient
-from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.keys import KeyFamily, glob_escape, to_bytes, to_display
 from bloomctl.server import ServerInfo, _text
 from bloomctl.topology import default_node, is_cluster, node_client, node_name, primaries
 
@@ -244,6 +244,41 @@ RESTORE = (
     f"EVALSHA {_SHA} 1 {{key}} bloomctl v",
 )
 
+# time-windowed filters: the settings at the window's key, and its buckets ({bucket})
+WINDOW = (
+    *CONNECT,
+    *FUNCTION_LIBRARY,
+    "TYPE {key}",
+    "HGETALL {key}",
+    "HGET {key} bloomctl_window",
+    f"EVALSHA {_SHA} 1 {{key}} v",  # the settings, written in one step
+    "SCRIPT LOAD return",
+    "EXISTS {key}",  # (lua)
+    "HSET {key} bloomctl_window v",  # (lua)
+    "TIME",
+    "TYPE {bucket}",
+    "PTTL {bucket}",
+    "EXPIREAT {bucket} 0",
+    "SCAN 0 MATCH x COUNT 1000",
+    "UNLINK {bucket}",  # a bucket left outside the window
+    "bf:BF.RESERVE {bucket} 0.01 1000 EXPANSION 2",
+    "bf:BF.INFO {bucket}",
+    "bf:BF.CARD {bucket}",
+    "bf:BF.SCANDUMP {bucket} 0",
+    "cf:CF.RESERVE {bucket} 1000 BUCKETSIZE 2 MAXITERATIONS 20 EXPANSION 1",
+    "cf:CF.INFO {bucket}",
+    "fn:FUNCTION LOAD REPLACE x",
+    "fn:FCALL bloomctl_reserve 1 {bucket} 64 1 1 0.01",
+    "fn:FCALL bloomctl_cf_reserve 1 {bucket} 512 2 2 20 1000 0.01",
+    "fn:FCALL_RO bloomctl_info 1 {bucket}",
+    "fn:FCALL_RO bloomctl_card 1 {bucket}",
+    "fn:FCALL_RO bloomctl_cf_info 1 {bucket}",
+    "bitmap:GETRANGE {bucket} 0 63",  # also (lua)
+    "bitmap:STRLEN {bucket}",  # also (lua)
+    "bitmap:SET {bucket} v NX",  # also (lua)
+    "bitmap:SETRANGE {bucket} 0 x",  # (lua)
+)
+
 COMMANDS: dict[str, tuple[str, ...]] = {
     "plan": (),
     "info": READ,
@@ -256,6 +291,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "dump": DUMP,
     "restore": RESTORE,
     "copy": (*DUMP, *RESTORE),  # on the source, the dump's; on the target, the restore's
+    "window": WINDOW,
 }
 # doctor's own reads: the operator's line includes them, but CONFIG GET (it can read the server's
 # passwords) and ACL DRYRUN (it reveals every user's rights): doctor says what it could not read
@@ -1442,7 +1478,7 @@ def check_access(
 def _glob_escape(raw: bytes) -> bytes:
     """A key as an ACL key pattern: glob characters escaped; whitespace, which no ACL rule may hold,
     as ``?`` (any one character: a pattern a little wider than the key)."""
-    return re.sub(rb"\s", b"?", re.sub(rb"([*?\[\]\\])", rb"\\\1", raw))
+    return re.sub(rb"\s", b"?", glob_escape(raw))
 
 
 def key_patterns(names: Sequence[bytes], application: bool = False) -> list[bytes]:

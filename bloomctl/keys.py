@@ -53,6 +53,16 @@ def to_display(key: str | bytes) -> str:
     return key if isinstance(key, str) else key.decode("utf-8", "backslashreplace")
 
 
+def glob_escape(raw: bytes) -> bytes:
+    """``raw`` as a SCAN MATCH (or ACL) pattern that matches it alone: glob characters escaped."""
+    out = bytearray()
+    for byte in raw:
+        if byte in b"*?[]\\":
+            out += b"\\"
+        out.append(byte)
+    return bytes(out)
+
+
 def hash_tag(key: str | bytes) -> bytes | None:
     """The hash tag Redis uses for ``key``, or None when the whole key is hashed."""
     raw = to_bytes(key)

@@ -16,7 +16,7 @@ from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
 from bloomctl.errors import StateConflict
 from bloomctl.keys import SLOTS, KeyFamily, crc16, to_bytes, to_display
-from bloomctl.metadata import now_utc
+from bloomctl.metadata import create_hash, now_utc
 from bloomctl.planner import Plan, validate_shards
 from bloomctl.routing import ROUTING, shard_of
 from bloomctl.topology import masters
@@ -169,17 +169,9 @@ def new_manifest(client: RedisClient, key: str | bytes, shards: int, per_shard: 
     )
 
 
-WRITE_MANIFEST_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV))
-return 1
-"""
-
-
 def write_manifest(client: RedisClient, manifest: Manifest) -> None:
     """Create the manifest in one step (no reader sees half of it); it never changes afterwards."""
-    fields = [part for pair in manifest.as_hash().items() for part in pair]
-    if not client.register_script(WRITE_MANIFEST_LUA)(keys=[manifest.key], args=fields):
+    if not create_hash(client, manifest.key, manifest.as_hash()):
         raise StateConflict("%r already exists", to_display(manifest.key))
 
 

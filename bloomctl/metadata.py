@@ -103,6 +103,20 @@ def metadata_for(plan: Plan | CuckooPlan, backend: str) -> dict[str, str]:
     return meta
 
 
+CREATE_HASH_LUA = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def create_hash(client: RedisClient, key: bytes, mapping: dict[str, str]) -> bool:
+    """Write a hash in one step where ``key`` does not exist yet (no reader sees half of it);
+    False when it exists."""
+    fields = [part for pair in mapping.items() for part in pair]
+    return bool(client.register_script(CREATE_HASH_LUA)(keys=[key], args=fields))
+
+
 def read_metadata(client: RedisClient, meta_key: bytes) -> dict[str, str]:
     problem = foreign_companion(client, meta_key, "metadata")
     if problem is not None:

@@ -92,6 +92,8 @@ def reserve(
     """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing. The
     plan's type (a ``CuckooPlan`` or a Bloom filter's ``Plan``) decides the filter's."""
     chosen = backends.choose(server, backend, plan.kind)
+    if isinstance(plan, CuckooPlan):  # the backend chosen decides the engine (module-free: never grows)
+        plan = plan.for_engine("lua" if chosen.name == "lua-cuckoo" else "redisbloom")
     plan = chosen.check_plan(plan, server.line)  # as this server builds it (Redis 8 caps error rates)
     family = KeyFamily.of(key)
     kind = backends.key_type(client, family.active)

