@@ -110,7 +110,7 @@ return 1
 """
 
 
-def create_hash(client: RedisClient, key: bytes, mapping: dict[str, str]) -> bool:
+def create_hash(client: RedisClient, key: bytes, mapping: dict[str, str] | dict[str, str | bytes]) -> bool:
     """Write a hash in one step where ``key`` does not exist yet (no reader sees half of it);
     False when it exists."""
     fields = [part for pair in mapping.items() for part in pair]

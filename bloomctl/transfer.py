@@ -20,7 +20,7 @@ from typing import Any
 
 from bloomctl import __version__, backends, lifecycle
 from bloomctl.backends import Backend
-from bloomctl.backends.base import CuckooState
+from bloomctl.backends.base import CuckooState, cuckoo_subs
 from bloomctl.backends.bitmap import HEADER_BYTES, installs_nothing, parse_header, recognise
 from bloomctl.backends.cuckoo import cf_size_bytes, parse_cf_header, parse_lua_header, recognise_lua
 from bloomctl.backends.redisbloom import OPT_FORCE64, OPT_NO_SCALING, OPT_NOROUND, parse_scandump_header
@@ -190,8 +190,19 @@ def _identity(client: RedisClient, backend: Backend, key: bytes) -> tuple[tuple[
     old = (client.exists(family.old), tuple(client.hmget(family.old_meta, ["generation", "created_at"])))
     state = backend.info(client, key)
     layout: tuple[Any, ...] = tuple((s.capacity, s.bits, s.hashes, s.error_rate) for s in state.subfilters)
-    if isinstance(state, CuckooState):  # deletes move no fingerprint; a grown or compacted filter changes shape
-        layout = (state.buckets, state.bucket_size, state.max_iterations, state.fingerprint_bits)
+    if isinstance(state, CuckooState):
+        # A Bloom filter's bits are only ever set, so a dump that reads them while items arrive holds
+        # every item it had; a cuckoo filter's fingerprints move (an insert relocates others, maybe
+        # from a part not yet read into one already read), so any insert or delete during the dump
+        # fails it. Every successful insert counts an item, every delete a deletion.
+        layout = (
+            state.buckets,
+            state.bucket_size,
+            state.max_iterations,
+            state.fingerprint_bits,
+            state.items,
+            state.deletes,
+        )
     return (kind, meta, old, layout, state.size_bytes, state.filters), state.items
 
 
@@ -213,12 +224,17 @@ def _chunks(
             yield from _slices(client, index, member, described_member["size_bytes"])
         with installs_nothing():
             after, items_after = _identity(client, backend, member)
-        # (a cuckoo filter's items may also drop: a delete takes one out, and moves no other)
-        if after != identity or (items_after < items and backend.kind != "cuckoo"):
-            raise _changed(member)
+        if after != identity or items_after < items:
+            raise _changed(member, backend.kind)
 
 
-def _changed(key: bytes) -> StateConflict:
+def _changed(key: bytes, kind: str = "bloom") -> StateConflict:
+    if kind == "cuckoo":
+        return StateConflict(
+            "the cuckoo filter %r was written to while it was dumped (an insert moves other fingerprints, so the "
+            "dump might miss some): dump it again when its writers pause",
+            to_display(key),
+        )
     return StateConflict(
         "the filter %r changed while it was being dumped (a swap, a rollback, or a new sub-filter): dump it again",
         to_display(key),
@@ -438,8 +454,15 @@ def check_cuckoo_header(blob: bytes, member: dict[str, Any], name: str) -> None:
             f"buckets, bucket size, max iterations and sub-filters {head['buckets']}, {head['bucket_size']}, "
             f"{head['max_iterations']}, {head['filters']}; the dump's header says {', '.join(map(str, described))}"
         )
-    if (member["expansion"] or 0) != expansion:  # (its items may have changed either way: deletes take some out)
+    slots = (
+        sum(sub.slots for sub in cuckoo_subs(head["buckets"], head["bucket_size"], expansion, head["filters"]))
+        if not problems
+        else 0
+    )
+    if (member["expansion"] or 0) != expansion:
         problems.append(f"expansion {expansion}")
+    elif not 0 <= head["items"] <= slots or head["items"] != member["items"]:
+        problems.append(f"{head['items']:,} items (the dump's header says {member['items']:,}, in {slots:,} slots)")
     elif (
         not problems
         and cf_size_bytes(head["buckets"], head["bucket_size"], expansion, head["filters"]) != member["size_bytes"]
@@ -463,12 +486,33 @@ def _cuckoo_plan_of(backend: Backend, member: dict[str, Any], error_rate: float 
 
 
 def _lua_matches(blob: bytes, member: dict[str, Any]) -> bool:
+    """The module-free filter's own header is the one the dump describes (format, layout, counts)."""
     head = parse_lua_header(blob[:HEADER_BYTES])
-    return head is not None and (head["buckets"], head["bucket_size"], head["fingerprint_bits"]) == (
-        member["buckets"],
-        member["bucket_size"],
-        member["fingerprint_bits"],
+    if head is None or (head["format"], head["scheme"]) != (1, 1):
+        return False
+    described = (member["buckets"], member["bucket_size"], member["fingerprint_bits"], member["max_iterations"])
+    slots = head["buckets"] * head["bucket_size"]
+    return (head["buckets"], head["bucket_size"], head["fingerprint_bits"], head["max_iterations"]) == described and (
+        0 <= head["items"] <= slots and head["deletes"] >= 0
     )
+
+
+def _lua_header_items(blob: bytes) -> int:
+    head = parse_lua_header(blob[:HEADER_BYTES])
+    assert head is not None
+    return int(head["items"])
+
+
+def _taken_slots(data: bytes, offset: int, width: int) -> int:
+    """Slots that hold a fingerprint in a slice of the module-free string starting at ``offset``
+    (its first 64 bytes are the header; slices are whole slots after it)."""
+    from array import array
+
+    body = data[max(HEADER_BYTES - offset, 0) :]
+    if len(body) % width:
+        raise DumpCorrupt("a slice of the cuckoo filter does not end on a slot")
+    slots = array({1: "B", 2: "H", 4: "I"}[width], body)
+    return len(slots) - slots.count(0)
 
 
 def _pieces(chunk: Chunk) -> Iterator[tuple[int, bytes]]:
@@ -546,6 +590,8 @@ class _Writer:
         self.started = False
         self.offset = 0
         self.streamed: StreamedSet | None = None
+        self.fingerprints = 0  # a cuckoo filter's taken slots, counted as the chunks pass
+        self.counted_items: int | None = None  # and the item count its own header holds
 
     def write(self, chunk: Chunk) -> None:
         import redis
@@ -556,6 +602,9 @@ class _Writer:
                 check_redisbloom_header(chunk.data, self.member, self.name)
             elif not self.started:
                 check_cuckoo_header(chunk.data, self.member, self.name)
+                self.counted_items = parse_cf_header(chunk.data)["items"]
+            else:
+                self.fingerprints += len(chunk.data) - chunk.data.count(0)
             try:
                 if not self.started:  # the header creates the key: with its TTL, in one MULTI
                     pipe = self.client.pipeline(transaction=True)
@@ -621,7 +670,11 @@ class _Writer:
                     self.name,
                     self.backend.name,
                 )
+            if self.backend.name == "lua-cuckoo":
+                self.counted_items = _lua_header_items(chunk.data)
             self.streamed = StreamedSet(node_client(self.client, self.scratch), self.scratch, size)
+        if self.backend.name == "lua-cuckoo":
+            self.fingerprints += _taken_slots(chunk.data, chunk.cursor, int(self.member["fingerprint_bits"]) // 8)
         assert self.streamed is not None
         self.streamed.send(chunk.data)
         self.offset += len(chunk.data)
@@ -646,6 +699,15 @@ class _Writer:
             return
         if not self.started:
             raise DumpCorrupt("%s: the dump holds no chunks for it", self.name)
+        if self.counted_items is not None and self.counted_items != self.fingerprints:
+            # every fingerprint is one item a filter counted: a dump that says otherwise is forged, or was
+            # read while the filter changed (a restored filter with a wrong count could not be dumped again)
+            raise DumpCorrupt(
+                "%s: the cuckoo filter holds %s fingerprints, its header counts %s items: the dump is inconsistent",
+                self.name,
+                f"{self.fingerprints:,}",
+                f"{self.counted_items:,}",
+            )
         if self.backend.name in ("bitmap", "lua-cuckoo"):
             head = self.client.getrange(self.scratch, 0, HEADER_BYTES - 1)  # type: ignore[attr-defined]
             length = int(self.client.strlen(self.scratch))  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ docs/windows.md has the details; the same arithmetic runs in ``window.lua``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from bloomctl.client import RedisClient
 from bloomctl.cuckoo_planner import DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS, cuckoo_plan
 from bloomctl.defaults import DEFAULT_HEADROOM, MAX_HEADROOM
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
-from bloomctl.keys import KeyFamily, glob_escape, to_bytes, to_display
+from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.metadata import create_hash, now_utc
 from bloomctl.planner import plan
 from bloomctl.server import ServerInfo
@@ -145,14 +146,14 @@ class WindowSpec:
             raise UsageError("a window of Bloom filters needs `error_rate`")
         return plan(capacity, self.error_rate, self.expansion)
 
-    def as_hash(self) -> dict[str, str]:
-        fields = {
+    def as_hash(self) -> dict[str, str | bytes]:
+        fields: dict[str, str | bytes] = {
             "bloomctl_window": MARK,
             "period": str(self.period),
             "offset": str(self.offset),
             "keep": str(self.keep),
             "ahead": str(self.ahead),
-            "prefix": self.prefix.decode("utf-8", "surrogateescape"),
+            "prefix": self.prefix,  # bytes: a key name need not be UTF-8
             "type": self.kind,
             "backend": self.backend,
             "capacity": "auto" if self.capacity is None else str(self.capacity),
@@ -296,10 +297,29 @@ def new_window(
     return spec
 
 
+def aliases(name: bytes) -> list[bytes]:
+    """Other names whose companions (the buckets) are this name's: ``X`` and ``{X}``, and the
+    hex-tagged form of a name with a ``}`` in it (bloomctl.keys)."""
+    prefix = KeyFamily.of(name).prefix
+    candidates = {prefix}
+    if name.startswith(b"{") and b"}" in name:
+        close = name.index(b"}")
+        candidates |= {name[1:close], name[close + 1 :]}
+    return [c for c in candidates if c and c != name and KeyFamily.of(c).prefix == prefix]
+
+
 def create(client: RedisClient, server: ServerInfo, spec: WindowSpec, *, if_not_exists: bool = False) -> bool:
     """Write the window's settings (refused where the key exists, unless ``if_not_exists`` and the
     same window is there); True when created. ``rotate`` makes its buckets."""
     fields = replace(spec, created_at=now_utc(), created_by=f"bloomctl {__version__}").as_hash()
+    for other in aliases(spec.name):  # `X` and `{X}` would share their buckets' names
+        if backends.key_type(client, other) == b"hash" and client.hget(other, "bloomctl_window"):
+            raise StateConflict(
+                "window %r exists, and its buckets' names (%r) are those %r would have: choose another name",
+                to_display(other),
+                to_display(spec.prefix) + ":...",
+                to_display(spec.name),
+            )
     if create_hash(client, spec.name, fields):
         return True
     if backends.key_type(client, spec.name) == b"hash" and client.hget(spec.name, "bloomctl_window"):
@@ -316,7 +336,7 @@ class BucketAction:
     index: int
     key: bytes
     label: str
-    action: str  # created, kept, missing (a past bucket never made), expired (outside the window)
+    action: str  # created, kept, missing (a past bucket never made), expired (outside the window), foreign (not the window's filter)
     expire_at: int | None = None
     capacity: int | None = None
 
@@ -385,17 +405,29 @@ def rotate(
 ) -> RotateReport:
     """Make the current bucket and the next ``ahead`` ones where missing (EXPIREAT set with each),
     set every bucket's EXPIREAT, and remove buckets left outside the window. Idempotent; two runs
-    at once do no harm (a bucket is created once, the expiry is the same)."""
+    at once do no harm (a bucket is created once, the expiry is the same). A key at a bucket's name
+    that is not the window's kind of filter is never touched: reported, and (the current or a coming
+    bucket) an error once every other bucket is done."""
+    from bloomctl.backends.library import installs_nothing
+
     spec = read_window(client, name)
     backend = backends.get(spec.backend)
-    moment = now if now is not None else server_time(client, spec.name)
-    current = spec.index(moment)
-    capacity, basis = plan_capacity(client, spec, backend, current)
-    the_plan = backend.check_plan(spec.plan_for(capacity), server.line)
-    report = RotateReport(spec, moment, current, capacity, basis, dry_run=dry_run)
-    for index in range(current - spec.keep + 1, current + spec.ahead + 1):
-        report.actions.append(_bucket(client, spec, backend, the_plan, index, index >= current, dry_run))
-    report.actions += _expired(client, spec, backend, current, dry_run)
+    with installs_nothing() if dry_run else contextlib.nullcontext():
+        moment = now if now is not None else server_time(client, spec.name)
+        current = spec.index(moment)
+        capacity, basis = plan_capacity(client, spec, backend, current)
+        the_plan = backend.check_plan(spec.plan_for(capacity), server.line)
+        report = RotateReport(spec, moment, current, capacity, basis, dry_run=dry_run)
+        for index in range(current - spec.keep + 1, current + spec.ahead + 1):
+            report.actions.append(_bucket(client, spec, backend, the_plan, index, index >= current, dry_run))
+        report.actions += _expired(client, spec, backend, current, dry_run)
+    blocked = [a for a in report.actions if a.action == "foreign" and a.index >= current]
+    if blocked:
+        raise StateConflict(
+            "%r, a bucket of window %r, holds something else: adds to it fail; move that key away, then rotate again",
+            to_display(blocked[0].key),
+            to_display(spec.name),
+        )
     return report
 
 
@@ -415,35 +447,40 @@ def _bucket(
             backend.reserve(client, key, the_plan)
         except StateConflict:  # another rotation made it a moment ago
             action.action, action.capacity = "kept", None
-    elif backends.for_key(client, key, "bucket") is not backend:
-        raise StateConflict(
-            "the bucket %r holds another kind of filter than the window's %s", to_display(key), backend.name
-        )
+    elif not _holds(client, key, backend):
+        action.action, action.expire_at = "foreign", None
+        return action
     if not dry_run:
         client.expireat(key, at)
     return action
 
 
+def _holds(client: RedisClient, key: bytes, backend: Backend) -> bool:
+    """Whether ``key`` holds a filter of ``backend`` (and so is a bucket the window may touch)."""
+    try:
+        return backends.for_key(client, key, "bucket") is backend
+    except StateConflict:
+        return False
+
+
+STRAY_LOOKBACK = 64  # bucket periods before the window that rotate looks at for strays
+
+
 def _expired(
     client: RedisClient, spec: WindowSpec, backend: Backend, current: int, dry_run: bool
 ) -> list[BucketAction]:
-    """Buckets of this window outside it (a bucket whose expiry was removed, or a clock moved):
-    unlinked. Only keys that name one of its buckets and hold its kind of filter are touched."""
-    node = node_client(client, spec.name)
+    """Buckets of this window outside it (a bucket whose expiry was removed, or a clock that went
+    back): unlinked. A bounded look, by name (the last STRAY_LOOKBACK periods before the window; no
+    SCAN of the keyspace); only keys that hold the window's kind of filter are touched."""
+    oldest = current - spec.keep
     found = []
-    for key in node.scan_iter(match=glob_escape(spec.prefix) + b":*", count=1000):
-        index = spec.index_of(key)
-        if index is None or index > current - spec.keep:
-            continue
-        try:
-            owner = backends.for_key(client, key, "bucket")
-        except StateConflict:
-            continue
-        if owner is backend:
+    for index in range(oldest - STRAY_LOOKBACK + 1, oldest + 1):
+        key = spec.key(index)
+        if backends.key_type(client, key) != b"none" and _holds(client, key, backend):
             found.append(BucketAction(index, key, spec.label(index), "expired"))
             if not dry_run:
                 client.unlink(key)
-    return sorted(found, key=lambda a: a.index)
+    return found
 
 
 @dataclass
@@ -515,6 +552,14 @@ class WindowInfo:
 
 
 def describe(client: RedisClient, name: str | bytes, *, now: float | None = None) -> WindowInfo:
+    """Every bucket of the window, and the window's numbers (reads only: no function library is loaded)."""
+    from bloomctl.backends.library import installs_nothing
+
+    with installs_nothing():
+        return _describe(client, name, now)
+
+
+def _describe(client: RedisClient, name: str | bytes, now: float | None) -> WindowInfo:
     spec = read_window(client, name)
     backend = backends.get(spec.backend)
     moment = now if now is not None else server_time(client, spec.name)
@@ -524,7 +569,7 @@ def describe(client: RedisClient, name: str | bytes, *, now: float | None = None
         key = spec.key(index)
         role = "current" if index == current else "past" if index < current else "ahead"
         bucket = BucketInfo(index, key, spec.label(index), role, spec.start(index), spec.start(index + 1))
-        if backends.key_type(client, key) != b"none":
+        if backends.key_type(client, key) != b"none" and _holds(client, key, backend):
             bucket.state = backend.info(client, key)
             ttl = client.pttl(key)
             bucket.ttl_seconds = ttl / 1000 if ttl is not None and ttl >= 0 else None
@@ -556,10 +601,12 @@ class WindowedFilter:
             text = str(exc)
             if "does not exist" in text:
                 raise KeyMissing("%s", text.removeprefix("ERR ")) from None
+            if "does not hold a bloomctl window" in text:
+                raise StateConflict("%r is not a bloomctl window", to_display(self.name)) from None
+            if "window bucket" in text:  # a bucket's own error (another kind of value there, full...)
+                raise StateConflict("%s", text.removeprefix("ERR ")) from None
             if "not found" in text:
                 raise KeyMissing("window %r does not exist", to_display(self.name)) from None
-            if "WRONGTYPE" in text:
-                raise StateConflict("%r is not a bloomctl window", to_display(self.name)) from None
             raise
 
     def madd(self, items: list[bytes | str]) -> list[bool]:
@@ -567,9 +614,15 @@ class WindowedFilter:
         if not items:
             return []
         flags = self._call("window_add", [to_bytes(i) for i in items], read_only=False)
-        if any(flag == -1 for flag in flags):
+        # -1: no slot (a cuckoo bucket); an error element or a short reply: BF.INSERT stopped at a full
+        # non-scaling bucket, and the items after it were not added
+        if len(flags) != len(items) or any(flag == -1 or isinstance(flag, Exception) for flag in flags):
+            added = sum(1 for flag in flags if flag == 1)
             raise StateConflict(
-                "the current bucket of window %r is full: plan a larger capacity", to_display(self.name)
+                "the current bucket of window %r is full: %s of %s items added; plan a larger capacity (or let it grow)",
+                to_display(self.name),
+                f"{added:,}",
+                f"{len(items):,}",
             )
         return [flag == 1 for flag in flags]
 

@@ -452,3 +452,55 @@ def test_redisbloom_fills_at_least_to_the_measured_full_load(bloom, bucket_size,
             break
         inserted += 2000
     assert inserted / real >= full_load(bucket_size, max_iterations)
+
+
+def test_a_cuckoo_filter_written_to_while_it_is_dumped_fails_the_dump(ctarget):
+    """Inserts move fingerprints (from a part not read yet into one already read), so a dump that
+    sees the filter change is refused rather than written with items missing."""
+    from bloomctl.errors import StateConflict
+    from bloomctl.transfer import read_filter
+
+    cli = ctarget.cli
+    # several reads: the module-free string in 1 MiB slices; RedisBloom's in 16 MiB chunks
+    capacity = "1M" if ctarget.backend.name == "lua-cuckoo" else "40M"
+    args = ["reserve", "cf", "--type", "cuckoo", "-c", capacity, "--backend", backend_choice(ctarget), "--nonscaling"]
+    assert cli(*args).exit_code == 0
+    f = Filter(ctarget.client, "cf")
+    f.madd([b"x:%d" % i for i in range(2000)])
+    dump = read_filter(ctarget.client, detect(ctarget.client), "cf")
+    chunks = iter(dump.chunks)
+    next(chunks)
+    f.madd([b"later:%d" % i for i in range(100)])
+    with pytest.raises(StateConflict, match="written to while it was dumped"):
+        list(chunks)
+
+
+@pytest.mark.parametrize("where", ["header", "count"])
+def test_a_forged_item_count_is_refused(ctarget, where):
+    """The filter's own header counting other items than its fingerprints (or than the dump's header
+    says): exit 8, nothing left behind (a filter restored so could not be dumped again)."""
+    import io
+    import struct
+
+    from bloomctl import dumpfile
+    from bloomctl.transfer import read_filter
+
+    cli = ctarget.cli
+    assert cli("reserve", "cf", "--type", "cuckoo", "-c", "1000", "--backend", backend_choice(ctarget)).exit_code == 0
+    Filter(ctarget.client, "cf").madd([b"x:%d" % i for i in range(500)])
+    dump = read_filter(ctarget.client, detect(ctarget.client), "cf")
+    chunks = list(dump.chunks)
+    header = json.loads(json.dumps(dump.header))
+    first = bytearray(chunks[0].data)
+    if ctarget.backend.name == "lua-cuckoo":
+        struct.pack_into(">q", first, 32, 0 if where == "header" else 499)  # the string's own item count
+    else:
+        struct.pack_into("<Q", first, 0, 0 if where == "header" else 499)  # CFHeader.numItems
+    if where == "count":  # the dump's header agreeing: only the fingerprints tell
+        header["items"] = header["members"][0]["items"] = 499
+    chunks[0] = dumpfile.Chunk(0, chunks[0].cursor, bytes(first))
+    out = io.BytesIO()
+    dumpfile.write(out, header, iter(chunks))
+    bad = cli("restore", "copy", input=out.getvalue())
+    assert bad.exit_code == 8 and "items" in bad.stderr, bad.stderr
+    assert ctarget.client.exists("copy", "{copy}:standby", "{copy}:restore", "{copy}:restore:meta") == 0

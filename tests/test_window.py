@@ -15,7 +15,7 @@ import pytest
 
 from bloomctl import window
 from bloomctl.backends import get
-from bloomctl.errors import KeyMissing, UsageError
+from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.server import detect
 from bloomctl.window import DAY, HOUR, WEEK, WindowedFilter, parse_period, read_window
 
@@ -221,3 +221,65 @@ def test_a_window_is_one_slot(cluster, cli):
     )
     data = json.loads(cli("window", "info", "w", "--format", "json", url=url).stdout)
     assert {key_slot(b["key"]) for b in data["buckets"]} == {key_slot("w")}
+
+
+def test_names_that_would_share_buckets_are_refused(plain, cli_plain):
+    args = ["--period", "1d", "--keep", "3", "-c", "100", "-e", "1%"]
+    assert cli_plain("window", "create", "col", *args).exit_code == 0
+    twin = cli_plain("window", "create", "{col}", *args)
+    assert twin.exit_code == 5 and "choose another name" in twin.stderr
+    assert plain.client().exists("{col}") == 0
+
+
+def test_a_foreign_key_at_a_bucket_name_is_never_touched(wtarget):
+    """A past bucket's name holding a hash: reported, left alone, and the rest still rotates; the
+    current bucket's name holding one: the coming buckets are made, then exit 5 naming the key."""
+    cli, client = wtarget.cli, wtarget.client
+    assert cli(*create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "1000", "--ahead", "1")).exit_code == 0
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    client.hset(spec_.key(current - 1), "someone", "else")
+    client.delete(spec_.key(current))
+    rotated = cli("window", "rotate", "dedupe", "--format", "json")
+    assert rotated.exit_code == 0, rotated.stderr
+    actions = {b["label"]: b["action"] for b in json.loads(rotated.stdout)["buckets"]}
+    assert actions[spec_.label(current - 1)] == "foreign" and actions[spec_.label(current)] == "created"
+    assert client.hget(spec_.key(current - 1), "someone") == b"else" and client.ttl(spec_.key(current - 1)) == -1
+    assert WindowedFilter(client, "dedupe").mexists([b"x"]) == [False]  # the foreign key is skipped by lookups too
+    client.delete(spec_.key(current))
+    client.hset(spec_.key(current), "someone", "else")
+    client.delete(spec_.key(current + 1))
+    blocked = cli("window", "rotate", "dedupe")
+    assert blocked.exit_code == 5 and spec_.key(current).decode() in blocked.stderr
+    assert client.exists(spec_.key(current + 1)) == 1 and client.hget(spec_.key(current), "someone") == b"else"
+    with pytest.raises(StateConflict, match="window bucket"):
+        WindowedFilter(client, "dedupe").add(b"x")
+
+
+def test_a_full_bucket_is_an_error_not_a_quiet_drop(wtarget):
+    """A bucket that cannot take more items (RedisBloom NONSCALING, a cuckoo filter out of slots)
+    raises, with how many went in; the module-free Bloom filter takes them (its FPR rises)."""
+    if wtarget.backend.name == "bitmap":
+        pytest.skip("the bitmap backend never refuses an item")
+    cli = wtarget.cli
+    args = create_args(wtarget, "--period", "1d", "--keep", "2", "-c", "16", "--nonscaling", "--ahead", "0")
+    assert cli(*args).exit_code == 0, cli(*args).stderr
+    with pytest.raises(StateConflict, match="is full"):
+        WindowedFilter(wtarget.client, "dedupe").madd([b"i:%d" % i for i in range(200)])
+
+
+def test_window_names_need_not_be_utf8(plain, cli_plain):
+    name = "w:\udcff"  # the byte 0xff, as argv brings it
+    args = ["window", "create", name, "--period", "1h", "--keep", "2", "-c", "100", "-e", "1%"]
+    assert cli_plain(*args).exit_code == 0
+    w = WindowedFilter(plain.client(), b"w:\xff")
+    assert w.add(b"a") and w.exists(b"a")
+
+
+def test_dry_runs_and_info_load_nothing(plain, cli_plain):
+    assert cli_plain("window", "create", "w", "--period", "1h", "--keep", "2", "-c", "100", "-e", "1%").exit_code == 0
+    client = plain.client()
+    client.execute_command("FUNCTION", "FLUSH")
+    assert cli_plain("window", "rotate", "w", "--dry-run").exit_code == 0
+    assert cli_plain("window", "info", "w").exit_code == 0
+    assert client.execute_command("FUNCTION", "LIST") == []

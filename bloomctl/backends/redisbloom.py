@@ -179,9 +179,21 @@ class RedisBloom(Backend):
         return ("BF.MEXISTS", key, *items)
 
     def madd(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
+        """Add items; a NONSCALING filter that is full stops BF.INSERT at that item (the reply then
+        ends in an error): raised, with how many went in, rather than read as "seen before"."""
         if not items:
             return []
-        return self.parse_flags(self.call(client, key, *self.madd_command(client, key, items)))
+        reply = list(self.call(client, key, *self.madd_command(client, key, items)))
+        error = next((flag for flag in reply if isinstance(flag, Exception)), None)
+        if error is not None or len(reply) != len(items):
+            raise StateConflict(
+                "adding to %r stopped after %s of %s items (%s): the filter reached its capacity",
+                to_display(key),
+                f"{sum(1 for flag in reply if not isinstance(flag, Exception)):,}",
+                f"{len(items):,}",
+                str(error) if error is not None else "a short reply",
+            )
+        return self.parse_flags(reply)
 
     def mexists(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[bool]:
         if not items:

@@ -55,11 +55,19 @@ local function bucket(w, index)
   return w.prefix .. ':' .. label(w.offset + index * w.period, w.period)
 end
 
+-- An error of a bucket's own (another kind of value at its name, a full filter) names the bucket.
+local function bucket_error(key, reply)
+  local text = type(reply) == 'table' and reply.err or tostring(reply)
+  return redis.error_reply('ERR bloomctl window bucket ' .. key .. ': ' .. tostring(text))
+end
+
+local KINDS = {['redisbloom'] = 'MBbloom--', ['redisbloom-cuckoo'] = 'MBbloomCF', ['bitmap'] = 'string', ['lua-cuckoo'] = 'string'}
+
 local function lookup(w, key, items)
   if w.backend == 'redisbloom' then
-    return redis.call('BF.MEXISTS', key, unpack(items))
+    return redis.pcall('BF.MEXISTS', key, unpack(items))
   elseif w.backend == 'redisbloom-cuckoo' then
-    return redis.call('CF.MEXISTS', key, unpack(items))
+    return redis.pcall('CF.MEXISTS', key, unpack(items))
   elseif w.backend == 'bitmap' then
     return HANDLERS.mexists[1]({key}, items)
   end
@@ -72,17 +80,26 @@ local function window_add(keys, args)
     return redis.error_reply(e)
   end
   local key = bucket(w, w.current)
-  if redis.call('EXISTS', key) == 0 then
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then
     return redis.error_reply('ERR bloomctl window bucket ' .. key .. ' does not exist: run `bloomctl window rotate` (from cron) to create the coming buckets')
+  elseif kind ~= KINDS[w.backend] then
+    return bucket_error(key, 'WRONGTYPE it holds a ' .. kind .. ', not the window\'s filter')
   end
+  local reply
   if w.backend == 'redisbloom' then
-    return redis.call('BF.INSERT', key, 'NOCREATE', 'ITEMS', unpack(args))
+    reply = redis.pcall('BF.INSERT', key, 'NOCREATE', 'ITEMS', unpack(args))
   elseif w.backend == 'redisbloom-cuckoo' then
-    return redis.call('CF.INSERTNX', key, 'NOCREATE', 'ITEMS', unpack(args))
+    reply = redis.pcall('CF.INSERTNX', key, 'NOCREATE', 'ITEMS', unpack(args))
   elseif w.backend == 'bitmap' then
-    return HANDLERS.madd[1]({key}, args)
+    reply = HANDLERS.madd[1]({key}, args)
+  else
+    reply = HANDLERS.cf_maddnx[1]({key}, args)
   end
-  return HANDLERS.cf_maddnx[1]({key}, args)
+  if reply.err then
+    return bucket_error(key, reply)
+  end
+  return reply
 end
 
 local function window_exists(keys, args)
@@ -96,10 +113,15 @@ local function window_exists(keys, args)
   end
   for index = w.current - w.keep + 1, w.current do
     local key = bucket(w, index)
-    if redis.call('EXISTS', key) == 1 then
+    -- a missing bucket, or someone else's value at its name, counts as empty
+    if redis.call('TYPE', key)['ok'] == KINDS[w.backend] then
       local flags = lookup(w, key, args)
       if flags.err then
-        return flags
+        if string.find(flags.err, 'WRONGTYPE', 1, true) then
+          flags = {}
+        else
+          return bucket_error(key, flags)
+        end
       end
       for n = 1, #args do
         if flags[n] == 1 then
