@@ -767,7 +767,7 @@ def restore(
     with FilterLock(client, family.active, command="bloomctl restore", wait=lock_wait) as lock:
         manifest, fresh = _targets(client, raw, header, backend)
         families = [KeyFamily.of(member) for member in manifest.members] if manifest else [family]
-        writers, generation = _prepare(client, backend, header, families, force)
+        writers, generation = _prepare(client, backend, header, families, force, server.line)
         _load(client, lock, writers, families, chunks, generation, report, server.line)
         report.standbys = [to_display(member.standby) for member in families]
         log(
@@ -796,7 +796,12 @@ def restore(
 
 
 def _prepare(
-    client: RedisClient, backend: Backend, header: dict[str, Any], families: list[KeyFamily], force: bool
+    client: RedisClient,
+    backend: Backend,
+    header: dict[str, Any],
+    families: list[KeyFamily],
+    force: bool,
+    line: str = "",
 ) -> tuple[list[_Writer], str]:
     """Under the lock: the members' companions checked, a killed restore's leftovers removed, memory
     checked, and each member's scratch metadata written (state ``loading``, with its TTL, in one
@@ -804,7 +809,12 @@ def _prepare(
     for member in families:
         check_family(client, member)
         _clear_scratch(client, member)
-    sizes = [(member.standby, int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)]
+    # RedisBloom 2.x cuckoo filters are written a second time for their replicas (RESTORE ... REPLACE
+    # holds the new copy before it frees the loaded one)
+    twice = 2 if backend.name == "redisbloom-cuckoo" and line == "redisbloom2" else 1
+    sizes = [
+        (member.standby, twice * int(m["size_bytes"])) for member, m in zip(families, header["members"], strict=True)
+    ]
     if not force:
         check_memory(
             client,
@@ -898,9 +908,19 @@ def rewrite_for_replicas(client: RedisClient, key: bytes) -> str | None:
         replicas = 1
     if not replicas:
         return None
-    payload = node.dump(key)
-    ttl = node.pttl(key)
-    node.restore(key, ttl if ttl and ttl > 0 else SCRATCH_TTL_MS, payload, replace=True)
+    from redis.exceptions import NoPermissionError
+
+    try:
+        payload = node.dump(key)
+        ttl = node.pttl(key)
+        node.restore(key, ttl if ttl and ttl > 0 else SCRATCH_TTL_MS, payload, replace=True)
+    except NoPermissionError as exc:
+        raise UnsupportedServer(
+            "RedisBloom 2.x does not replicate CF.LOADCHUNK's data, and this user may not DUMP and RESTORE the "
+            "restored filter for its replicas (%s): allow them (`bloomctl doctor` prints the ACL line), or rebuild "
+            "the filter from the source there",
+            str(exc).splitlines()[0][:120],
+        ) from None
     return (
         "RedisBloom 2.x does not replicate CF.LOADCHUNK's data: the restored filter was written once more as one "
         f"RESTORE ({len(payload):,} bytes) so that its replicas hold it too"
