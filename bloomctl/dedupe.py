@@ -4,9 +4,10 @@ A cuckoo filter counts: an item inserted twice holds two slots, and CF.INSERTNX 
 present") skips a new item whose fingerprint merely collides with another's, which a later delete
 of that other item then turns into a false negative. So a cuckoo rebuild inserts every distinct
 source item exactly once (CF.INSERT), and needs to know exactly which items it has seen: here, a
-128-bit digest per item. With numpy, digests are two MurmurHash64A words kept in sorted runs
-(16 bytes an item, a merge briefly doubles the largest run); without it, a set of BLAKE2b digests
-(about 100 bytes an item). The digests stay until the rebuild's end: the replay of the
+128-bit BLAKE2b digest per item, keyed with a random key per run (two distinct items share one
+with a chance of about n^2 / 2^129). With numpy, digests are kept as two 64-bit words in sorted
+runs (16 bytes an item, a merge briefly doubles the largest run); without it, in a set (about 100
+bytes an item). The digests stay until the rebuild's end: the replay of the
 application's deletes asks which items the standby holds.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +44,7 @@ class Seen:
         self._numpy = importlib.util.find_spec("numpy") is not None
         self._digests: set[bytes] = set()
         self._runs: list[tuple[Any, Any]] = []  # (a sorted, b in a's order)
+        self._key = os.urandom(16)  # a digest no source can aim collisions at
 
     @property
     def memory_bytes(self) -> int:
@@ -64,7 +67,7 @@ class Seen:
         if not items:
             return []
         if not self._numpy:
-            return [hashlib.blake2b(item, digest_size=16).digest() in self._digests for item in items]
+            return [hashlib.blake2b(item, digest_size=16, key=self._key).digest() in self._digests for item in items]
         if not self._runs:
             return [False] * len(items)
         import numpy as np
@@ -86,7 +89,7 @@ class Seen:
     def _fresh_python(self, batch: list[bytes]) -> list[bytes]:
         kept = []
         for item in batch:
-            digest = hashlib.blake2b(item, digest_size=16).digest()
+            digest = hashlib.blake2b(item, digest_size=16, key=self._key).digest()
             if digest not in self._digests:
                 self._digests.add(digest)
                 kept.append(item)
@@ -94,13 +97,15 @@ class Seen:
 
     # --- with numpy ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _hash(batch: list[bytes]) -> tuple[Any, Any]:
-        from bloomctl.build.items import buffers
-        from bloomctl.build.murmur import hash_pair
+    def _hash(self, batch: list[bytes]) -> tuple[Any, Any]:
+        """Each item's 128-bit digest as two 64-bit words: BLAKE2b keyed with this run's random key
+        (MurmurHash64A has collisions that hold for every seed, so two of its words are no 128 bits)."""
+        import numpy as np
 
-        data, offsets = buffers(batch)
-        return hash_pair(data, offsets)
+        key = self._key
+        joined = b"".join([hashlib.blake2b(item, digest_size=16, key=key).digest() for item in batch])
+        words = np.frombuffer(joined, dtype="<u8").reshape(-1, 2)
+        return words[:, 0], words[:, 1]
 
     def _in_runs(self, a: Any, b: Any) -> Any:
         """Which (a, b) pairs some run holds; ``a`` sorted (searchsorted is far faster so)."""

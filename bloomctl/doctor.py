@@ -111,6 +111,7 @@ CUTOVER = (
     "PERSIST {key}",  # (lua)
     "PEXPIRE {old} 3600000",  # (lua) --keep-old
     "UNLINK {old} {old_meta}",  # (lua)
+    "HMGET {standby_meta} state dual dual_error",  # (lua) the standby's marks, checked by the script itself
     "bf:BF.CARD {standby}",
     "bf:BF.INFO {standby}",
     "bitmap:GETRANGE {standby} 0 63",
@@ -334,8 +335,9 @@ APPLICATION = (
     "fn:FCALL bloomctl_cf_mdel 1 {key} x",
     "fn:FCALL_RO bloomctl_cf_mexists 1 {key} x",
     "fn:FCALL_RO bloomctl_cf_count 1 {key} x",
-    "fn:FCALL bloomctl_cf_dual 4 {key} {standby} {standby_meta} {standby_log} add x",
-    f"script:EVALSHA {_SHA} 4 {{key}} {{standby}} {{standby_meta}} {{standby_log}} cf_dual add x",
+    "fn:FCALL bloomctl_cf_dual 5 {key} {standby} {standby_meta} {standby_log} {lock} add x",
+    f"script:EVALSHA {_SHA} 5 {{key}} {{standby}} {{standby_meta}} {{standby_log}} {{lock}} cf_dual add x",
+    "EXISTS {lock}",  # (lua)
     "EXISTS {standby}",  # (lua)
     "HMGET {standby_meta} state dual",  # (lua)
     "RPUSH {standby_log} x",  # (lua)

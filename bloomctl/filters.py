@@ -97,7 +97,7 @@ class Filter:
         if not items:
             return []
         family = KeyFamily.of(self.key)
-        keys = [family.active, family.standby, family.standby_meta, family.standby_log]
+        keys = [family.active, family.standby, family.standby_meta, family.standby_log, family.lock]
         if self._library is None:
             self._library = Library()
         try:

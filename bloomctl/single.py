@@ -205,6 +205,18 @@ end
 if ARGV[3] ~= '' and redis.call('GETRANGE', KEYS[2], 0, #ARGV[3] - 1) ~= ARGV[3] then
   return redis.error_reply('BLOOMCTL standby is not a bloomctl filter')
 end
+-- (checked here too, not only before: a cuckoo standby's dual write may fail, or a rebuild fail,
+-- between those checks and this script)
+local standby_meta = redis.call('HMGET', KEYS[5], 'state', 'dual', 'dual_error')
+if standby_meta[1] == 'loading' or standby_meta[1] == 'failed' or standby_meta[1] == 'interrupted' then
+  return redis.error_reply('BLOOMCTL the standby is from a rebuild that did not finish (' .. standby_meta[1] .. '): run the rebuild again')
+end
+if standby_meta[2] == 'log' then
+  return redis.error_reply('BLOOMCTL the standby has not had the writes made during its rebuild replayed: run the rebuild again')
+end
+if standby_meta[3] then
+  return redis.error_reply('BLOOMCTL the standby missed a write the application made during the rebuild (' .. standby_meta[3] .. '): run the rebuild again')
+end
 redis.call('UNLINK', KEYS[3], KEYS[6])
 local had_active = redis.call('EXISTS', KEYS[1])
 if had_active == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end

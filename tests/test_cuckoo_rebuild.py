@@ -504,3 +504,175 @@ def test_a_forged_item_count_is_refused(ctarget, where):
     bad = cli("restore", "copy", input=out.getvalue())
     assert bad.exit_code == 8 and "items" in bad.stderr, bad.stderr
     assert ctarget.client.exists("copy", "{copy}:standby", "{copy}:restore", "{copy}:restore:meta") == 0
+
+
+# --- review findings: the replay counts copies, logs stop with a failed or killed rebuild ------------
+
+
+def start_rebuild(ctarget, key: str, csv: str, **options):
+    """A rebuild in a thread, slowed down; returns (thread, outcome), once its standby is loading."""
+    server = detect(ctarget.client)
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            opts = RebuildOptions(max_rate=10_000, swap=True, allow_shrink=True, **options)
+            outcome["report"] = rebuild(ctarget.client, server, key, open_source(csv_path=csv), opts)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while read_metadata(ctarget.client, KeyFamily.of(key).standby_meta).get("dual") != "log":
+        assert time.monotonic() < deadline and thread.is_alive(), outcome
+        time.sleep(0.005)
+    return thread, outcome
+
+
+def test_the_replay_keeps_every_copy(ctarget, tmp_path):
+    """The application adds X twice and deletes it once during the load: one copy is left, as in
+    the active filter (a set-like replay would delete the only one: a false negative)."""
+    csv = write_csv(tmp_path / "u.csv", 5000)
+    assert (
+        ctarget.cli(
+            "rebuild", "cf", "--type", "cuckoo", "--from-csv", csv, "--backend", backend_choice(ctarget)
+        ).exit_code
+        == 0
+    )
+    assert ctarget.cli("swap", "cf", "--yes").exit_code == 0
+    thread, outcome = start_rebuild(ctarget, "cf", csv)
+    f = Filter(ctarget.client, "cf")
+    f.madd([b"twice", b"twice"], dual_write=True)
+    f.mdelete([b"twice"], dual_write=True)
+    f.madd([b"user:7"], dual_write=True)  # already in the source: that add is the source's copy
+    f.mdelete([b"user:7"], dual_write=True)
+    thread.join(60)
+    assert "error" not in outcome, outcome
+    assert f.count(b"twice") >= 1 and f.exists(b"twice")
+    assert not f.exists(b"user:7") or f.count(b"user:7") == 0
+    assert ctarget.backend.info(ctarget.client, b"cf").items == 5000  # 5000 - user:7 + twice
+
+
+def test_a_failed_rebuild_stops_the_log(ctarget, tmp_path):
+    """A rebuild that fails (here: its standby fills up) marks its standby failed: dual writes stop
+    being logged for it, and no swap takes it."""
+    csv = write_csv(tmp_path / "u.csv", 3000)
+    assert (
+        ctarget.cli("reserve", "cf", "--type", "cuckoo", "-c", "10k", "--backend", backend_choice(ctarget)).exit_code
+        == 0
+    )
+    failed = ctarget.cli("rebuild", "cf", "--from-csv", csv, "-c", "100", "--nonscaling", "--build", "server")
+    assert failed.exit_code == 5, failed.stderr
+    family = KeyFamily.of("cf")
+    assert read_metadata(ctarget.client, family.standby_meta)["state"] == "failed"
+    Filter(ctarget.client, "cf").madd([b"a", b"b"], dual_write=True)
+    assert ctarget.client.exists(family.standby_log) == 0
+    assert ctarget.cli("swap", "cf", "--yes").exit_code == 5
+
+
+def test_a_killed_rebuild_stops_the_log_with_its_lock(ctarget):
+    """A rebuild killed part-way leaves its standby loading; once its lock is gone, dual writes
+    reach the active filter only."""
+    from bloomctl.cuckoo_planner import cuckoo_plan as make_plan
+    from bloomctl.lifecycle import reserve
+
+    client = ctarget.client
+    reserve(client, detect(client), "cf", make_plan(1000), backend=ctarget.backend.name)
+    family = KeyFamily.of("cf")
+    ctarget.backend.reserve(
+        client, family.standby, ctarget.backend.check_plan(make_plan(1000).for_engine(ctarget.backend.engine))
+    )
+    client.hset(
+        family.standby_meta,
+        mapping={"state": "loading", "dual": "log", "generation": "dead", "created_by": "bloomctl x"},
+    )
+    f = Filter(client, "cf")
+    client.set(family.lock, "dead-run-token", px=60_000)
+    f.madd([b"while-locked"], dual_write=True)
+    assert client.llen(family.standby_log) == 1
+    client.delete(family.lock)  # the killed run's lock expired
+    f.madd([b"after"], dual_write=True)
+    assert client.llen(family.standby_log) == 1 and f.exists(b"after")
+
+
+def test_a_first_build_keeps_the_writes_made_during_it(ctarget, tmp_path):
+    """No active filter yet: an application's dual write (any language) is logged for the new filter,
+    and answers 'not found' as a Bloom filter's does; after the swap the item is there."""
+    csv = write_csv(tmp_path / "u.csv", 3000)
+    thread, outcome = start_rebuild(ctarget, "fresh", csv, filter_type="cuckoo", backend=backend_choice(ctarget))
+    family = KeyFamily.of("fresh")
+    keys = [family.active, family.standby, family.standby_meta, family.standby_log, family.lock]
+    from bloomctl.backends.library import Library
+
+    Library().ensure(ctarget.client)  # as `bloomctl functions install` does for an application
+    with pytest.raises(Exception, match="^not found$"):
+        ctarget.client.execute_command("FCALL", "bloomctl_cf_dual", 5, *keys, "add", "early")
+    logged = ctarget.client.llen(family.standby_log)
+    thread.join(60)
+    assert "error" not in outcome, outcome
+    assert (logged, outcome["report"].replayed) == (1, 1)
+    assert Filter(ctarget.client, "fresh").exists(b"early")
+
+
+def test_a_swap_checks_the_standby_in_its_own_script(ctarget, tmp_path, monkeypatch):
+    """A dual write failing on the standby (or a rebuild failing) between the swap's checks and its
+    script: the script refuses, nothing is swapped."""
+    from bloomctl import single
+
+    csv = write_csv(tmp_path / "u.csv", 100)
+    assert (
+        ctarget.cli(
+            "rebuild", "cf", "--type", "cuckoo", "--from-csv", csv, "--backend", backend_choice(ctarget)
+        ).exit_code
+        == 0
+    )
+    family = KeyFamily.of("cf")
+    real = single.atomic_swap
+
+    def late(client, fam, **kwargs):
+        client.hset(family.standby_meta, "dual_error", "no room for an item in the standby")
+        return real(client, fam, **kwargs)
+
+    monkeypatch.setattr(single, "atomic_swap", late)
+    refused = ctarget.cli("swap", "cf", "--yes")
+    assert refused.exit_code == 5 and "missed a write" in refused.stderr
+    assert ctarget.client.exists("cf") == 0 and ctarget.client.exists(family.standby) == 1
+
+
+def test_distinct_items_whose_murmur_hashes_collide_are_both_kept():
+    """MurmurHash64A has collisions for every seed (bit 63 of two consecutive mixed blocks): the
+    de-duplication must not take such twins for one item."""
+    import struct
+
+    from bloomctl.dedupe import Seen
+
+    m, mask = 0xC6A4A7935BD1E995, (1 << 64) - 1
+    m_inverse = pow(m, -1, 1 << 64)
+
+    def mix(k):
+        k = (k * m) & mask
+        k ^= k >> 47
+        return (k * m) & mask
+
+    def unmix(k):
+        k = (k * m_inverse) & mask
+        k ^= k >> 47
+        return (k * m_inverse) & mask
+
+    def twin(x: bytes) -> bytes:
+        k1, k2 = struct.unpack_from("<QQ", x)
+        return struct.pack("<QQ", unmix(mix(k1) ^ (1 << 63)), unmix(mix(k2) ^ (1 << 63))) + x[16:]
+
+    originals = [b"user:00000000001", b"user:00000000002", b"session:abcdefgh"]
+    twins = [twin(x) for x in originals]
+    pytest.importorskip("numpy")
+    from bloomctl.build.items import buffers
+    from bloomctl.build.murmur import hash_pair
+
+    a, b = hash_pair(*buffers(originals + twins))
+    assert list(a[:3]) == list(a[3:]) and list(b[:3]) == list(b[3:])  # the twins Murmur cannot tell apart
+    for numpy in (True, False):
+        seen = Seen(1 << 30)
+        seen._numpy = numpy
+        assert seen.fresh(originals + twins + originals) == originals + twins

@@ -384,6 +384,19 @@ def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_
         ("restore", ["restore", "users", "-i", str(tmp_path / "users.bfdump"), "--swap", "--allow-shrink"]),
         ("restore", ["restore", "orders2", "-i", str(tmp_path / "orders.bfdump"), "--swap"]),
         ("copy", ["copy", "users", "--to", server.url, "--to-key", "users3", "--swap"]),
+        # cuckoo filters (CF.* with the module, else the module-free one) and windows of either type
+        ("reserve", ["reserve", "cf", "--type", "cuckoo", "-c", "10000"]),
+        ("info", ["info", "cf", "--exact"]),
+        ("fill-ratio", ["fill-ratio", "cf"]),
+        ("rebuild", ["rebuild", "cf", "--from-csv", str(csv), "--swap"]),
+        ("rollback", ["rollback", "cf", "--yes"]),
+        ("swap", ["swap", "cf", "--yes", "--allow-shrink"]),
+        ("dump", ["dump", "cf", "-o", str(tmp_path / "cf.bfdump")]),
+        ("restore", ["restore", "cf2", "-i", str(tmp_path / "cf.bfdump"), "--swap"]),
+        ("window", ["window", "create", "w", "--period", "1h", "--keep", "3", "-c", "1000", "-e", "1%"]),
+        ("window", ["window", "create", "wc", "--period", "1d", "--keep", "2", "-c", "1000", "--type", "cuckoo"]),
+        ("window", ["window", "rotate", "w", "wc"]),
+        ("window", ["window", "info", "w"]),
     ]
     found = _monitor(server, runs)
     assert {"rename", "fcall" if "fcall" in found["reserve"] else "bf.reserve"} <= found["rebuild"] | found["reserve"]

@@ -163,7 +163,7 @@ class CuckooBackend(Backend):
 def _cf_error(exc: Exception, key: bytes) -> Exception:
     text = str(exc)
     name = to_display(key)
-    if "not found" in text.lower():
+    if "not found" in text.lower() and "unction" not in text:
         return KeyMissing("no cuckoo filter at key %r", name)
     if text.startswith("WRONGTYPE"):
         return WrongType("key %r is not a RedisBloom cuckoo filter", name)

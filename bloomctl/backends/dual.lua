@@ -1,9 +1,11 @@
 -- Dual writes to a cuckoo filter while bloomctl rebuilds it (docs/cuckoo.md, "Adds and deletes during
 -- a rebuild"), for RedisBloom's CF.* and the module-free cuckoo filter alike.
--- cf_dual  KEYS: active, standby, standby metadata, operation log; ARGV: 'add' or 'del', items...
+-- cf_dual  KEYS: active, standby, standby metadata, operation log, the filter's lock; ARGV: 'add' or
+--   'del', items...
 --   Applies the operation to the active filter and answers its flags (add: 1, or -1 where no slot
 --   was found; del: 1, or 0 where the fingerprint was not there). While a rebuild loads the standby
---   (its metadata says dual = log and state = loading), the operation is appended to the log
+--   (its metadata says dual = log and state = loading, and the rebuild's lock is held), the
+--   operation is appended to the log
 --   ('+' or '-' then the item) instead: the rebuild replays it once every source item is in, knowing
 --   which items the standby holds, so that a delete never removes a fingerprint the standby does not
 --   have (which could be another item's). After the replay (dual = direct), the standby gets the
@@ -59,6 +61,38 @@ local function apply(engine, key, op, items)
   return reply
 end
 
+-- Where the standby stands: 'log' (a rebuild loads it: append to its log), 'direct' (write it too),
+-- or nil (no standby, or one no rebuild is working on: leave it alone). Logging needs the rebuild's
+-- lock to be there: a rebuild killed part-way leaves its standby 'loading', and the log must not
+-- grow with every write until someone notices.
+local function standby_mode(keys)
+  if redis.call('EXISTS', keys[2]) == 0 then
+    return nil
+  end
+  local meta = redis.call('HMGET', keys[3], 'state', 'dual')
+  local state, mode = meta[1], meta[2]
+  if state == 'failed' or state == 'interrupted' then
+    return nil
+  end
+  if mode == 'log' then
+    if state == 'loading' and redis.call('EXISTS', keys[5]) == 1 then
+      return 'log'
+    end
+    return nil
+  end
+  return 'direct'
+end
+
+local function log_entries(keys, op, items)
+  local mark = op == 'add' and '+' or '-'
+  local entries = {}
+  for n = 1, #items do
+    entries[n] = mark .. items[n]
+  end
+  redis.call('RPUSH', keys[4], unpack(entries))
+  redis.call('PEXPIRE', keys[4], LOG_TTL_MS)
+end
+
 local function cf_dual(keys, args)
   local op = args[1]
   if op ~= 'add' and op ~= 'del' then
@@ -69,31 +103,25 @@ local function cf_dual(keys, args)
     items[n - 1] = args[n]
   end
   local engine = engine_of(keys[1])
-  if engine == nil then
-    return redis.error_reply('ERR not found')
-  elseif engine == false then
+  if engine == false then
     return redis.error_reply('WRONGTYPE the active key does not hold a cuckoo filter')
+  end
+  local mode = #items > 0 and standby_mode(keys) or nil
+  if engine == nil then
+    -- a first build: no active filter yet, but a loading standby keeps the write for its replay
+    if mode == 'log' then
+      log_entries(keys, op, items)
+    end
+    return redis.error_reply('ERR not found')
   end
   local ok, flags = pcall(apply, engine, keys[1], op, items)
   if not ok then
     return redis.error_reply(message(flags))
   end
-  if #items == 0 or redis.call('EXISTS', keys[2]) == 0 then
+  if mode == 'log' then
+    log_entries(keys, op, items)
     return flags
-  end
-  local meta = redis.call('HMGET', keys[3], 'state', 'dual')
-  local state, mode = meta[1], meta[2]
-  if state == 'failed' or state == 'interrupted' then
-    return flags
-  end
-  if mode == 'log' and state == 'loading' then
-    local mark = op == 'add' and '+' or '-'
-    local entries = {}
-    for n = 1, #items do
-      entries[n] = mark .. items[n]
-    end
-    redis.call('RPUSH', keys[4], unpack(entries))
-    redis.call('PEXPIRE', keys[4], LOG_TTL_MS)
+  elseif mode == nil then
     return flags
   end
   local standby = engine_of(keys[2])

@@ -79,6 +79,10 @@ def rebuild(
                 f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {options.lock_ttl_ms / 1000:g}s)",
                 {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},
             )
+            if backend.kind == "cuckoo":  # the application's dual writes during the load call its functions
+                from bloomctl.backends.library import Library
+
+                Library().ensure(client)
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
             # a cuckoo filter counts: each distinct item is inserted once, and the replay asks which it holds
             seen = Seen(options.client_memory) if backend.kind == "cuckoo" else None
@@ -94,6 +98,10 @@ def rebuild(
                 raise
             except Exception as exc:
                 if not is_out_of_memory(exc):
+                    # never swapped in (a standby of another run keeps its own mark), and a cuckoo
+                    # standby's log stops growing with the application's writes
+                    with contextlib.suppress(Exception):
+                        standbys.mark(FAILED)
                     _explain_by_a_lost_lock(lock, exc)
                     raise
                 standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
@@ -339,7 +347,7 @@ def verify_all(
         from bloomctl.rebuild.replay import replay
 
         try:
-            report.replayed = replay(client, standbys, seen, log)
+            report.replayed = replay(client, standbys, seen, log, backend.batch_for(standbys.targets.plan))
         except StateConflict:
             with contextlib.suppress(Exception):
                 standbys.mark(FAILED)
