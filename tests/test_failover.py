@@ -76,7 +76,9 @@ def test_a_master_dies_during_a_rebuild(replicated, tmp_path):
     )
     assert first.swapped
     owner = client.get_node_from_key(b"users")
-    client.get_redis_connection(owner).execute_command("WAIT", 1, 5000)  # the replica has the active filter
+    deadline = time.monotonic() + 30  # the replica has the active filter (WAIT answers how many replicas acked)
+    while client.get_redis_connection(owner).execute_command("WAIT", 1, 5000) < 1:
+        assert time.monotonic() < deadline, "the replica never acknowledged the active filter"
     victim = next(n for n in replicated.nodes if n.port == owner.port)
 
     class SlowSource(CsvSource):
