@@ -12,6 +12,7 @@ URL_ENV = "BLOOMCTL_URL"
 PASSWORD_ENV = "BLOOMCTL_PASSWORD"
 BACKEND_ENV = "BLOOMCTL_BACKEND"
 DB_URL_ENV = "BLOOMCTL_DB_URL"
+CONFIG_ENV = "BLOOMCTL_CONFIG"  # the application's filters (bloomctl.toml)
 DEFAULT_CONNECT_TIMEOUT = 5.0  # seconds to wait for a connection
 DEFAULT_TIMEOUT = 30.0  # seconds to wait for a reply
 
@@ -30,6 +31,7 @@ DEFAULT_LOCK_TTL_MS = 30_000  # a dead holder's lock expires after this; a live 
 BUILD_CHOICES = (AUTO, "client", "server")  # where a rebuild computes the filter's bits
 DEFAULT_CLIENT_MEMORY = 1 << 30  # bytes a client build may hold (the filter's bits + working memory)
 CLIENT_BATCH = 1 << 16  # items hashed per step of a client build
+MAX_WINDOW_KEEP = 1000  # buckets of one time-windowed filter
 MAX_JOBS = 64  # processes of one client build
 DEFAULT_BATCH_SIZE = 5000  # items per BF.INSERT (about 1 ms on the server)
 BITMAP_BATCH_SIZE = (

@@ -280,6 +280,23 @@ WINDOW = (
     "bitmap:SETRANGE {bucket} 0 x",  # (lua)
 )
 
+# check and the exporter read each declared filter (a window's settings and buckets too), the
+# standby's metadata (how the last rebuild ended), and the server's own fitness as doctor does
+WINDOW_READ = (
+    "TYPE {key}",
+    "HGETALL {key}",
+    "TIME",
+    "TYPE {bucket}",
+    "PTTL {bucket}",
+    "bf:BF.INFO {bucket}",
+    "cf:CF.INFO {bucket}",
+    "fn:FCALL_RO bloomctl_info 1 {bucket}",
+    "fn:FCALL_RO bloomctl_cf_info 1 {bucket}",
+    "bitmap:GETRANGE {bucket} 0 63",
+    "bitmap:STRLEN {bucket}",
+)
+DECLARED_READ = (*READ, *WINDOW_READ, "TYPE {standby_meta}", "HGETALL {standby_meta}", "INFO persistence")
+
 COMMANDS: dict[str, tuple[str, ...]] = {
     "plan": (),
     "info": READ,
@@ -293,6 +310,10 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "restore": RESTORE,
     "copy": (*DUMP, *RESTORE),  # on the source, the dump's; on the target, the restore's
     "window": WINDOW,
+    "config": (),  # reads the file only
+    "check": DECLARED_READ,
+    "apply": (*DECLARED_READ, *RESERVE, *LOCK, *CUTOVER, *WRITE_STANDBY, *WINDOW),  # creates: reserve, rebuild, window
+    "exporter": DECLARED_READ,
 }
 # doctor's own reads: the operator's line includes them, but CONFIG GET (it can read the server's
 # passwords) and ACL DRYRUN (it reveals every user's rights): doctor says what it could not read
@@ -1539,6 +1560,17 @@ def setuser_lines(names: Sequence[bytes], conditions: set[str], groups: Sequence
 
 
 # --- the whole diagnosis ---------------------------------------------------------------------------
+
+
+def fitness(client: RedisClient, server: ServerInfo, keys: Sequence[bytes]) -> list[Finding]:
+    """doctor's checks of the server itself, for ``bloomctl check``: persistence, the eviction policy,
+    and room to rebuild the largest of the filters ``keys`` (each read as doctor reads a filter)."""
+    doctor = _Doctor(client, server)
+    doctor.guarded("persistence", doctor.check_persistence)
+    doctor.guarded("eviction", doctor.check_eviction)
+    entries = [entry for key in keys if (entry := doctor.guarded("keys", doctor._describe, key, False)) is not None]
+    doctor.guarded("memory", doctor.check_memory, entries)
+    return [finding for finding in doctor.findings if finding.check != "keys"]
 
 
 def diagnose(

@@ -29,7 +29,7 @@ from bloomctl.backends import Backend
 from bloomctl.backends.base import AnyPlan
 from bloomctl.client import RedisClient
 from bloomctl.cuckoo_planner import DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS, cuckoo_plan
-from bloomctl.defaults import DEFAULT_HEADROOM, MAX_HEADROOM
+from bloomctl.defaults import DEFAULT_HEADROOM, MAX_HEADROOM, MAX_WINDOW_KEEP
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.metadata import create_hash, now_utc
@@ -40,7 +40,7 @@ from bloomctl.topology import node_client
 HOUR, DAY, WEEK = 3600, 86_400, 7 * 86_400
 MONDAY = 4 * DAY  # 1970-01-01 was a Thursday: weeks start 4 days later
 MAX_PERIOD = 366 * DAY
-MAX_KEEP = 1000
+MAX_KEEP = MAX_WINDOW_KEEP
 DEFAULT_AHEAD = 2  # buckets made ahead of time: a missed rotation or two do not matter
 MARK = "1"  # the settings' format, in the field bloomctl_window
 _PERIOD = re.compile(r"^\s*([1-9][0-9]*)\s*([hdw])\s*$", re.I)

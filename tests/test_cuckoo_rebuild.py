@@ -606,7 +606,7 @@ def test_a_first_build_keeps_the_writes_made_during_it(ctarget, tmp_path):
     from bloomctl.backends.library import Library
 
     Library().ensure(ctarget.client)  # as `bloomctl functions install` does for an application
-    with pytest.raises(Exception, match="^not found$"):
+    with pytest.raises(Exception, match=r"^not found$"):
         ctarget.client.execute_command("FCALL", "bloomctl_cf_dual", 5, *keys, "add", "early")
     logged = ctarget.client.llen(family.standby_log)
     thread.join(60)

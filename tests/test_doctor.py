@@ -365,6 +365,13 @@ def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_
     csv = tmp_path / "u.csv"
     csv.write_text("id\n" + "".join(f"u{i}\n" for i in range(2000)))
     rebuild = ["rebuild", "users", "--from-csv", str(csv)]
+    config = tmp_path / "bloomctl.toml"
+    config.write_text(
+        '[filters.app]\ncapacity = 5000\nerror_rate = "1%"\nsource.csv = "u.csv"\nthresholds.max_fpr = "1%"\n'
+        '[filters.fed]\ntype = "cuckoo"\ncapacity = 1000\n[filters.days]\ntype = "windowed"\ncapacity = 100\n'
+        'error_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n[filters.big]\ncapacity = 2000\n'
+        'error_rate = "1%"\nshards = 2\n'
+    )
     runs = [
         ("functions", ["functions", "install"]),
         ("reserve", ["reserve", "users", "-c", "10000", "-e", "1%", "--nonscaling"]),
@@ -397,6 +404,9 @@ def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_
         ("window", ["window", "create", "wc", "--period", "1d", "--keep", "2", "-c", "1000", "--type", "cuckoo"]),
         ("window", ["window", "rotate", "w", "wc"]),
         ("window", ["window", "info", "w"]),
+        # the declared filters of a config file: created, then checked
+        ("apply", ["--config", str(config), "apply"]),
+        ("check", ["--config", str(config), "check"]),
     ]
     found = _monitor(server, runs)
     assert {"rename", "fcall" if "fcall" in found["reserve"] else "bf.reserve"} <= found["rebuild"] | found["reserve"]

@@ -16,7 +16,15 @@ from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number
 from bloomctl.cli.output import Output
 from bloomctl.cli.render import to_flags
-from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, MAX_TIMEOUT, PASSWORD_ENV, URL_ENV
+from bloomctl.defaults import (
+    CONFIG_ENV,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    MAX_TIMEOUT,
+    PASSWORD_ENV,
+    URL_ENV,
+)
 from bloomctl.errors import BloomctlError, ExitCode, Terminated
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -274,8 +282,23 @@ def _restore_signals(previous: dict[int, Any]) -> None:
 )
 @click.option("--verbose", "-v", count=True, help="More log lines (the steps' details).")
 @click.option("--debug", is_flag=True, help="Also print the Python traceback of an error.")
+@click.option(
+    "--config",
+    metavar="PATH",
+    envvar=CONFIG_ENV,
+    help=f"The application's filters (bloomctl.toml: docs/config.md) for check, apply, exporter and rebuild NAME "
+    f"[env: {CONFIG_ENV}; default: ./bloomctl.toml when it exists].",
+)
 @click.pass_context
-def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: bool, **connection: Any) -> None:
+def main(
+    ctx: click.Context,
+    quiet: bool,
+    log_format: str,
+    verbose: int,
+    debug: bool,
+    config: str | None,
+    **connection: Any,
+) -> None:
     """Run the lifecycle of Bloom filters kept in Redis: plan, reserve, inspect, check and swap.
 
     \b
@@ -283,12 +306,42 @@ def main(ctx: click.Context, quiet: bool, log_format: str, verbose: int, debug: 
     5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error,
     130 interrupted, 143 terminated (SIGTERM).
     """
-    app = AppContext(Output(quiet=quiet, log_format=log_format, verbose=verbose, debug=debug), **connection)
+    given = {  # on the command line itself: these win over a config file's profiles
+        name: connection[name]
+        for name in (
+            "url",
+            "host",
+            "port",
+            "password_file",
+            "cluster",
+            "tls_ca",
+            "tls_cert",
+            "tls_key",
+            "connect_timeout",
+            "timeout",
+        )
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
+    output = Output(quiet=quiet, log_format=log_format, verbose=verbose, debug=debug)
+    app = AppContext(output, config=config, overrides=given, **connection)
     ctx.obj = app
     ctx.call_on_close(app.close)
 
 
-from bloomctl.cli import cutover, doctor, fill, filters, functions, plan, rebuild, transfer, window  # noqa: E402  (commands register on `main`)
+from bloomctl.cli import (  # noqa: E402  (commands register on `main`)
+    check,
+    config,
+    cutover,
+    doctor,
+    exporter,
+    fill,
+    filters,
+    functions,
+    plan,
+    rebuild,
+    transfer,
+    window,
+)
 
 main.add_command(plan.plan_command)
 main.add_command(filters.reserve_command)
@@ -303,3 +356,7 @@ main.add_command(transfer.restore_command)
 main.add_command(transfer.copy_command)
 main.add_command(window.window_group)
 main.add_command(doctor.doctor_command)
+main.add_command(config.config_group)
+main.add_command(check.check_command)
+main.add_command(check.apply_command)
+main.add_command(exporter.exporter_command)

@@ -8,7 +8,7 @@ from typing import Any
 class AppContext:
     """Per-invocation state: connection settings, resolved once and lazily into a client."""
 
-    def __init__(self, output: Any = None, **connection: Any) -> None:
+    def __init__(self, output: Any = None, config: str | None = None, overrides: Any = None, **connection: Any) -> None:
         from bloomctl.cli.output import Output
 
         self.output: Output = output if output is not None else Output()
@@ -16,6 +16,11 @@ class AppContext:
         self._settings: Any = None
         self._client: Any = None
         self._server: Any = None
+        self.config_path = config  # --config (or $BLOOMCTL_CONFIG, read when a command needs the file)
+        self._config: Any = None
+        # the connection options given on the command line: they win over a profile's
+        self.overrides: dict[str, Any] = dict(overrides or {})
+        self._profiles: dict[str, Any] = {}
 
     @property
     def settings(self) -> Any:
@@ -43,6 +48,46 @@ class AppContext:
             self._server = detect(self.client)
         return self._server
 
+    @property
+    def config(self) -> Any:
+        """bloomctl.toml (--config, else $BLOOMCTL_CONFIG, else ./bloomctl.toml), read once."""
+        if self._config is None:
+            from bloomctl import config
+            from bloomctl.errors import UsageError
+
+            path = config.find(self.config_path)
+            if path is None:
+                raise UsageError(
+                    "no config file: give `config` PATH, set $%s, or run where bloomctl.toml is", config.CONFIG_ENV
+                )
+            self._config = config.load(path)
+        return self._config
+
+    @property
+    def has_config(self) -> bool:
+        from bloomctl import config
+
+        return config.find(self.config_path) is not None
+
+    def connect_profile(self, name: str) -> tuple[Any, Any]:
+        """The client and server of a profile of the config file (without profiles: the global
+        connection options'), opened once."""
+        if name not in self._profiles:
+            profile = self.config.profiles.get(name)
+            if profile is None:
+                self._profiles[name] = (self.client, self.server)
+            else:
+                from bloomctl.connection import connect
+                from bloomctl.declarations import settings_for
+                from bloomctl.server import detect
+
+                client = connect(settings_for(profile, **self.overrides))
+                self._profiles[name] = (client, detect(client))
+        return self._profiles[name]
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+        for client, _server in self._profiles.values():
+            if client is not self._client:
+                client.close()

@@ -12,35 +12,6 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
     from bloomctl.single import ReserveResult
 
 
-def make_plan(
-    backend: str,
-    capacity: int,
-    error_rate: float | None,
-    expansion: int | None,
-    nonscaling: bool,
-    cuckoo: dict[str, Any],
-    items: int | None,
-    line: str | None,
-) -> CuckooPlan:
-    """The plan from the command's options, for ``backend`` (``redisbloom-cuckoo`` or ``lua-cuckoo``)
-    as the server ``line`` builds it."""
-    from bloomctl.backends import get
-    from bloomctl.cuckoo_planner import DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS, cuckoo_plan, for_cuckoo_line
-
-    chosen = get(backend)
-    the_plan = cuckoo_plan(
-        capacity,
-        bucket_size=cuckoo["bucket_size"] or DEFAULT_BUCKET_SIZE,
-        max_iterations=cuckoo["max_iterations"] or DEFAULT_MAX_ITERATIONS,
-        expansion=chosen.expansion_for(expansion, nonscaling),
-        engine="lua" if backend == "lua-cuckoo" else "redisbloom",
-        error_rate=error_rate,
-        fingerprint_bits=cuckoo["fingerprint_bits"],
-        items=items,
-    )
-    return for_cuckoo_line(the_plan, line)
-
-
 def plan_rows(p: CuckooPlan) -> list[tuple[str, str]]:
     engine = "RedisBloom (CF.*)" if p.engine == "redisbloom" else "module-free (one Redis string, the function library)"
     rows = [

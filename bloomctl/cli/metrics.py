@@ -124,6 +124,8 @@ def exit_code_of(exc: BaseException) -> int:
         return int(ExitCode.INTERRUPTED)
     if isinstance(exc, click.exceptions.Exit):
         return int(exc.exit_code)
+    if isinstance(exc, click.ClickException):  # a usage error: 2
+        return int(exc.exit_code)
     if type(exc).__module__.startswith("redis"):
         return int(ExitCode.CONNECTION)
     return int(ExitCode.INTERNAL)

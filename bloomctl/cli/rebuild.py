@@ -309,13 +309,31 @@ def load_options(f: Any) -> Any:
 
 
 @click.command("rebuild")
-@click.argument("key")
+@click.argument("key", required=False)
+@click.option(
+    "--all",
+    "all_filters",
+    is_flag=True,
+    help="Every filter of the config file, one at a time: those with a source rebuilt and swapped, windows "
+    "rotated, those the application feeds left alone; a summary at the end.",
+)
+@click.option(
+    "--due",
+    is_flag=True,
+    help="With --all: only the filters whose schedule says so (rebuild.every since the last build, "
+    "rebuild.when_fill_above), and those missing.",
+)
 @source_options
 @plan_options
 @cuckoo_options
 @build_options
 @load_options
-@click.option("--swap", is_flag=True, help="Swap the verified standby in at the end (atomic).")
+@click.option(
+    "--swap/--no-swap",
+    default=False,
+    help="Swap the verified standby in at the end (atomic) [default: no swap; a filter of the config file: "
+    "swap unless it says rebuild.swap = false].",
+)
 @swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
@@ -332,8 +350,9 @@ def load_options(f: Any) -> Any:
 @click.pass_obj
 def rebuild_command(
     app: AppContext,
-    key: str,
-    no_header: bool,
+    key: str | None,
+    all_filters: bool,
+    due: bool,
     quiet: bool,
     log_format: str | None,
     output_format: str,
@@ -351,6 +370,11 @@ def rebuild_command(
     stays for `bloomctl swap` later. The active filter is never touched until the final,
     atomic swap.
 
+    KEY may be a filter's name in the config file (bloomctl.toml, docs/config.md): its key,
+    profile, source, parameters and rebuild options come from the file (a declared rebuild
+    swaps unless `rebuild.swap = false`), and an option given here wins. `--all --due` is the
+    one crontab line of an application: the first failure's exit code, after all were tried.
+
     \b
     Examples:
       bloomctl rebuild users --from-csv users.csv.gz --column user_id --prefix user: --swap
@@ -361,48 +385,266 @@ def rebuild_command(
           --from-sql 'SELECT id, updated_at FROM users' --since-column updated_at --swap --keep-old 3600
       zcat users.csv.gz | bloomctl rebuild users --from-csv - --no-header -c 10M -e 1% --dry-run
       bloomctl rebuild sessions --type cuckoo --from-sql 'SELECT id FROM sessions' --bucket-size 4 --swap
+      bloomctl --config app/bloomctl.toml rebuild users          # all from the file
+      bloomctl --config app/bloomctl.toml rebuild --all --due    # from cron
     """
     from bloomctl.build import tune_allocator
-    from bloomctl.rebuild import rebuild
-    from bloomctl.sources import open_source
 
-    started = time.monotonic()
+    ctx = click.get_current_context()
+    explicit = {
+        name: options[name]
+        for name in options
+        if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+    }
     if metrics_file:
         from bloomctl.cli.metrics import check_writable
 
         check_writable(metrics_file, "--metrics-file")
     tune_allocator()
-
     if quiet:  # given after the command (as before they were global): the same effect
         app.output.quiet = True
     if log_format:
         app.output.log_format = log_format
+    if all_filters or due:
+        if not all_filters:
+            raise click.UsageError("--due goes with --all: rebuild --all --due")
+        if key is not None:
+            raise click.UsageError("give a filter KEY or --all, not both")
+        named = sorted(set(explicit) & {"csv_path", "parquet_path", "sql"})
+        if named:
+            raise click.UsageError(
+                "--all rebuilds each filter from the source its declaration names: leave out --from-*"
+            )
+        rebuild_all(app, due, explicit, output_format, metrics_file)
+        return
+    if key is None:
+        raise click.UsageError("give the filter KEY (or its name in the config file), or --all")
+    run = Run(key)
+    try:
+        decl = declared(app, key)
+        if decl is None:
+            client, server = app.client, app.server
+            source_values = {name: options.pop(name) for name in SOURCE_OPTIONS}
+            source_values["header"] = not options.pop("no_header")
+        else:
+            client, server = app.connect_profile(decl.profile)
+            key = run.key = decl.key
+            source_values, options = declared_inputs(decl, options, explicit)
+        report = run_one(app, client, server, key, source_values, options, run)
+    except BaseException as exc:
+        if run.code is None:  # (failed before the rebuild began: the file, the profile's connection)
+            from bloomctl.cli.metrics import exit_code_of
+
+            run.code, run.detail = exit_code_of(exc), str(exc)
+        raise
+    finally:
+        if metrics_file:
+            write_metrics_safely(metrics_file, [run])
+    render_report(report, output_format)
+
+
+class Run:
+    """One filter's rebuild, for the metrics file and the summary of --all."""
+
+    def __init__(self, key: str, name: str | None = None) -> None:
+        self.key, self.name = key, name or key
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        self.code: int | None = None  # None: not run
+        self.items = 0
+        self.swapped = False
+        self.action = "rebuild"
+        self.detail = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "action": self.action,
+            "exit_code": self.code,
+            "detail": self.detail,
+            "items": self.items,
+            "swapped": self.swapped,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_one(
+    app: AppContext,
+    client: Any,
+    server: Any,
+    key: str,
+    source_values: dict[str, Any],
+    options: dict[str, Any],
+    run: Run,
+) -> RebuildReport:
+    """One rebuild with its progress on stderr; ``run`` records its outcome (a failure's code too)."""
+    from bloomctl.cli.metrics import exit_code_of
+    from bloomctl.rebuild import rebuild
+    from bloomctl.sources import open_source
+
     reporter = Reporter(app.output)
+    run.started = time.monotonic()
     try:  # (the source opened inside: a missing file or driver also lands in the metrics file)
-        source = open_source(header=not no_header, **{name: options.pop(name) for name in SOURCE_OPTIONS})
+        source = open_source(**source_values)
         report = rebuild(
-            app.client,
-            app.server,
+            client,
+            server,
             key,
             source,
-            rebuild_options(options),
+            rebuild_options(dict(options)),
             events=reporter.event,
             progress=reporter.progress,
         )
     except BaseException as exc:
-        if metrics_file:
-            from bloomctl.cli.metrics import exit_code_of
-
-            try:
-                write_metrics(metrics_file, key, started, exit_code_of(exc), reporter.done, swapped=False)
-            except Exception as failed:  # the run's own failure is what the user must see, with its code
-                current().warn(f"no metrics written: {failed}")
+        run.code, run.items, run.detail = exit_code_of(exc), reporter.done, str(exc)
         raise
     finally:
         reporter.close()
-    if metrics_file:
-        write_metrics(metrics_file, key, started, ExitCode.OK, report.source.items, swapped=report.swapped)
-    render_report(report, output_format)
+        run.seconds = time.monotonic() - run.started
+    run.code, run.items, run.swapped = int(ExitCode.OK), report.source.items, report.swapped
+    run.detail = f"{report.source.items:,} items in {report.seconds:.1f}s" + (", swapped" if report.swapped else "")
+    return report
+
+
+def declared(app: AppContext, name: str) -> Any:
+    """The filter the config file declares as ``name`` (its name or key); None without a file or
+    when it declares no such filter (KEY is then a key, as without a file)."""
+    if not app.has_config:
+        return None
+    config = app.config
+    return config.filters.get(name) or next((d for d in config.filters.values() if d.key == name), None)
+
+
+def declared_inputs(
+    decl: Any, options: dict[str, Any], explicit: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The source and the options of a declared filter's rebuild: the declaration's, and over them
+    what the command line gave (a --from-* there replaces the declared source)."""
+    from bloomctl.declarations import rebuild_values, source_values
+
+    if decl.kind == "windowed":
+        raise click.UsageError(
+            f"{decl.name!r} is a windowed filter: it is rotated, not rebuilt (bloomctl window rotate {decl.key})"
+        )
+    options = dict(options)
+    source = {name: options.pop(name) for name in SOURCE_OPTIONS}
+    source["header"] = not options.pop("no_header")
+    if not set(explicit) & {"csv_path", "parquet_path", "sql"}:
+        given = source_values(decl)
+        for name in ("csv_path", "parquet_path", "sql"):
+            source[name] = given.get(name)
+        for name, value in given.items():
+            flag = "no_header" if name == "header" else name
+            if flag not in explicit:
+                source[name] = value
+    for name, value in rebuild_values(decl).items():
+        if name not in explicit:
+            options[name] = value
+    return source, options
+
+
+def rebuild_all(
+    app: AppContext, due: bool, explicit: dict[str, Any], output_format: str, metrics_file: str | None
+) -> None:
+    """``rebuild --all [--due]``: every declared filter in turn, a summary, the first failure's code."""
+    from bloomctl import schedule
+    from bloomctl.cli.metrics import exit_code_of
+    from bloomctl.errors import BloomctlError
+
+    config = app.config
+    defaults = option_defaults()
+    runs: list[Run] = []
+    try:
+        for decl in config.filters.values():
+            run = Run(decl.key, decl.name)
+            runs.append(run)
+            try:
+                client, server = app.connect_profile(decl.profile)
+                decision = schedule.decide(client, decl, only_due=due)
+                run.action, run.detail = decision.action, decision.reason
+                if decision.action == schedule.SKIP:
+                    app.output.log(f"{decl.name}: skipped: {decision.reason}", {"filter": decl.name, "action": "skip"})
+                    continue
+                app.output.log(
+                    f"{decl.name}: {decision.action}: {decision.reason}",
+                    {"filter": decl.name, "action": decision.action},
+                )
+                if decision.action == schedule.ROTATE:
+                    _rotate(client, server, decl, run)
+                    continue
+                source_values, options = declared_inputs(decl, defaults, explicit)
+                run_one(app, client, server, decl.key, source_values, options, run)
+            except (BloomctlError, click.UsageError) as exc:
+                run.code = exit_code_of(exc) if isinstance(exc, BloomctlError) else int(ExitCode.USAGE)
+                run.detail = str(exc.format_message() if isinstance(exc, click.UsageError) else exc)
+                app.output.log(
+                    f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
+                )
+            except Exception as exc:
+                if not type(exc).__module__.startswith("redis"):
+                    raise
+                run.code, run.detail = exit_code_of(exc), str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                app.output.log(
+                    f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
+                )
+    finally:  # (a signal stops the loop: what ran is still recorded)
+        if metrics_file:
+            write_metrics_safely(metrics_file, [r for r in runs if r.code is not None])
+    failed = [r for r in runs if r.code]
+    code = int(failed[0].code or 0) if failed else int(ExitCode.OK)
+    render_all(runs, output_format, code)
+    if failed:
+        raise click.exceptions.Exit(code)
+
+
+def _rotate(client: Any, server: Any, decl: Any, run: Run) -> None:
+    from bloomctl import apply, window
+    from bloomctl.errors import KeyMissing
+
+    try:
+        report = window.rotate(client, server, decl.key)
+        made = "rotated"
+    except KeyMissing:  # a window not made yet: made as declared (what `apply` does)
+        report = apply.make_window(client, server, decl)
+        made = "created"
+    counts = {name: sum(a.action == name for a in report.actions) for name in ("created", "expired", "foreign")}
+    run.code, run.action = int(ExitCode.OK), "rotate"
+    run.detail = f"{made}: {counts['created']} bucket(s) made, {counts['expired']} removed"
+
+
+def option_defaults() -> dict[str, Any]:
+    """The rebuild command's option values when none is given (parsed as the command line's are)."""
+    parent = click.get_current_context(silent=True)
+    with rebuild_command.make_context("rebuild", ["-"], parent=parent) as ctx:
+        values = dict(ctx.params)
+    for name in ("key", "all_filters", "due", "quiet", "log_format", "output_format", "metrics_file"):
+        values.pop(name, None)
+    return values
+
+
+def run_declared(app: AppContext, decl: Any, explicit: dict[str, Any]) -> RebuildReport:
+    """The declared filter's rebuild (``apply``'s first build of a missing one)."""
+    client, server = app.connect_profile(decl.profile)
+    source_values, options = declared_inputs(decl, option_defaults(), explicit)
+    return run_one(app, client, server, decl.key, source_values, options, Run(decl.key, decl.name))
+
+
+def render_all(runs: list[Run], output_format: str, code: int) -> None:
+    if output_format == "json":
+        emit_json({"filters": [r.as_dict() for r in runs], "exit_code": code})
+        return
+    width = max((len(r.name) for r in runs), default=4)
+    words = {"rebuild": "rebuilt", "rotate": "rotated", "skip": "skipped"}
+    for run in runs:
+        status = words.get(run.action, run.action) if not run.code else f"FAILED (exit {run.code})"
+        click.echo(f"{run.name:<{width}}  {status:<16}  {run.detail}")
+    counts = {word: sum(1 for r in runs if not r.code and words.get(r.action) == word) for word in words.values()}
+    failed = sum(1 for r in runs if r.code)
+    click.echo(
+        f"\n{len(runs)} filter(s): {counts['rebuilt']} rebuilt, {counts['rotated']} rotated, "
+        f"{counts['skipped']} skipped, {failed} failed (exit {code})"
+    )
 
 
 def rebuild_options(options: dict[str, Any]) -> Any:
@@ -415,21 +657,45 @@ def rebuild_options(options: dict[str, Any]) -> Any:
     return RebuildOptions.from_mapping(options)
 
 
-def write_metrics(path: str, key: str, started: float, code: int, items: int, *, swapped: bool) -> None:
-    """``rebuild --metrics-file``: this run's gauges, labelled by key; the last success kept on failure."""
+def write_metrics_safely(path: str, runs: list[Run]) -> None:
+    """The metrics file of these runs; a failure to write it is a warning (the run's own failure,
+    if any, is what the user must see, with its code)."""
+    try:
+        write_metrics(path, runs)
+    except Exception as failed:
+        current().warn(f"no metrics written: {failed}")
+
+
+def write_metrics(path: str, runs: list[Run]) -> None:
+    """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on failure."""
     from bloomctl.cli.metrics import Metric, exposition, last_success, write_atomically
 
-    labels = (("key",), ((key,),))
     gauges = [
-        ("bloomctl_rebuild_duration_seconds", "How long the run took.", time.monotonic() - started),
-        ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", items),
-        ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", code),
-        ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", int(code == 0)),
-        ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", int(swapped)),
+        ("bloomctl_rebuild_duration_seconds", "How long the run took.", lambda r: r.seconds),
+        ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", lambda r: r.items),
+        ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", lambda r: r.code),
+        ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", lambda r: int(r.code == 0)),
+        ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", lambda r: int(r.swapped)),
     ]
-    metrics: list[Metric] = [(name, help_text, labels[0], [(labels[1][0], value)]) for name, help_text, value in gauges]
-    metrics.append(last_success(path, {"command": "rebuild", "key": key}, code == 0, time.time()))
-    write_atomically(path, exposition(metrics), "--metrics-file")
+    rebuilt = [r for r in runs if r.action == "rebuild" and r.code is not None]
+    metrics: list[Metric] = [
+        (name, help_text, ("key",), [((r.key,), getter(r)) for r in rebuilt]) for name, help_text, getter in gauges
+    ]
+    now = time.time()
+    for run in rebuilt:
+        metrics.append(last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now))
+    write_atomically(path, exposition(_merged(metrics)), "--metrics-file")
+
+
+def _merged(metrics: list[Any]) -> list[Any]:
+    """One metric a name (each key's last success is its own sample of the same metric)."""
+    merged: dict[str, Any] = {}
+    for name, help_text, labels, samples in metrics:
+        if name in merged:
+            merged[name][3].extend(samples)
+        else:
+            merged[name] = (name, help_text, labels, list(samples))
+    return list(merged.values())
 
 
 def render_report(report: RebuildReport, output_format: str) -> None:

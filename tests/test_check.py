@@ -1,0 +1,372 @@
+"""`bloomctl check` and `bloomctl apply` on real servers: a file with a healthy, a drifted, an
+over-threshold and a missing filter, reported in every format (JUnit validated against an XSD),
+every problem in one run; servers that do not answer; recipes, windows and sharded filters; and
+apply creating what is missing, and nothing else."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bloomctl import backends
+from bloomctl.connection import connect, settings_from
+from bloomctl.keys import to_bytes
+from tests.fixtures.redis import Cli
+from tests.servers import free_port
+
+XSD = Path(__file__).resolve().parent / "fixtures" / "junit.xsd"
+
+SERVERS = [
+    pytest.param("plain", id="module-free"),
+    pytest.param("bloom", id="redisbloom", marks=pytest.mark.redisbloom),
+    pytest.param("cluster", id="cluster", marks=pytest.mark.cluster),
+]
+
+
+@pytest.fixture(params=SERVERS)
+def server(request):
+    return request.getfixturevalue(request.param)
+
+
+def client_of(server):
+    return connect(settings_from(server.url))
+
+
+def add(client, key: str, items) -> None:
+    raw = to_bytes(key)
+    backend = backends.for_key(client, raw)
+    items = [str(i).encode() for i in items]
+    for start in range(0, len(items), 1000):
+        backend.madd(client, raw, items[start : start + 1000])
+
+
+def four_filters(server, tmp_path: Path, cli: Cli) -> Path:
+    """healthy (as declared, 10% full), drifted (capacity 1,000 on the server, 2,000 declared),
+    over (95% full, max 0.9) and missing (declared, never made)."""
+    (tmp_path / "items.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(100)))
+    text = f"""\
+version = 1
+
+[profiles.default]
+url = "{server.url}"
+
+[filters.healthy]
+capacity = 1000
+error_rate = "1%"
+thresholds.max = 0.9
+
+[filters.drifted]
+capacity = 2000
+error_rate = "1%"
+source.csv = "items.csv"
+
+[filters.over]
+capacity = 100
+error_rate = "1%"
+thresholds.max = 0.9
+
+[filters.missing]
+capacity = 1000
+error_rate = "1%"
+"""
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(text)
+    for key, capacity in (("healthy", 1000), ("drifted", 1000), ("over", 100)):
+        created = cli("--url", server.url, "reserve", key, "-c", str(capacity), "-e", "1%", "--format", "json")
+        assert created.exit_code == 0, created.output
+    client = client_of(server)
+    add(client, "healthy", range(100))
+    add(client, "over", range(95))
+    return path
+
+
+def statuses(data: dict) -> dict[tuple[str, str], str]:
+    return {(r["subject"], r["check"]): r["status"] for r in data["results"]}
+
+
+def snapshot(server) -> dict[bytes, bytes]:
+    """Every key and its DUMP: what a command that changes nothing leaves equal."""
+    client = client_of(server)
+    return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
+
+
+def test_check_reports_every_problem_of_the_file_in_one_run(server, tmp_path, cli):
+    path = four_filters(server, tmp_path, cli)
+    result = cli("--config", str(path), "check", "--format", "json")
+    assert result.exit_code == 5, result.output  # a missing filter: 5, as fill-ratio
+    data = json.loads(result.stdout)
+    found = statuses(data)
+    assert {check: found[("healthy", check)] for check in ("exists", "parameters", "fill")} == dict.fromkeys(
+        ("exists", "parameters", "fill"), "ok"
+    )
+    assert found[("drifted", "exists")] == "ok" and found[("drifted", "parameters")] == "fail"
+    assert found[("over", "parameters")] == "ok" and found[("over", "fill")] == "fail"
+    assert found[("missing", "exists")] == "fail" and found[("missing", "fill")] == "skip"
+    by_key = {(r["subject"], r["check"]): r for r in data["results"]}
+    assert "capacity: declared 2,000, found 1,000" in by_key[("drifted", "parameters")]["message"]
+    assert by_key[("drifted", "parameters")]["fix"] == f"bloomctl --config {path} rebuild drifted"
+    assert by_key[("over", "fill")]["message"] == "fill 95.0% > max 90.0%"
+    assert by_key[("missing", "exists")]["fix"] == f"bloomctl --config {path} apply"
+    assert {r["check"] for r in data["results"] if r["subject"] == "server default"} >= {"persistence", "eviction"}
+    assert data["summary"]["fail"] == 3 and data["summary"]["exit_code"] == 5
+    lines = path.read_text().splitlines()
+    assert lines[by_key[("over", "fill")]["line"] - 1] == "[filters.over]"
+
+
+def test_check_text_and_exit_codes(server, tmp_path, cli):
+    path = four_filters(server, tmp_path, cli)
+    text = cli("--config", str(path), "check")
+    assert text.exit_code == 5
+    assert re.search(r"^over\n(?:.*\n)*?  FAIL  fill +fill 95\.0% > max 90\.0%$", text.stdout, re.M)
+    assert re.search(r"^  FAIL  parameters +drift: capacity: declared 2,000, found 1,000$", text.stdout, re.M)
+    assert re.search(r"^4 filter\(s\) of .*: \d+ ok, .*3 fail.* \(exit 5\)$", text.stdout, re.M)
+    assert "check: 3 failed" in text.stderr
+    only_drift = cli("--config", str(path), "check", "healthy", "drifted", "--no-server-checks")
+    assert only_drift.exit_code == 1 and "server default" not in only_drift.stdout
+    healthy = cli("--config", str(path), "check", "healthy", "--no-server-checks")
+    assert healthy.exit_code == 0 and healthy.stderr == ""
+    unknown = cli("--config", str(path), "check", "healty")
+    assert unknown.exit_code == 2 and "declares no filter 'healty' (did you mean 'healthy'?)" in unknown.stderr
+
+
+def test_check_junit_is_valid_against_the_schema(server, tmp_path, cli):
+    etree = pytest.importorskip("lxml.etree")
+    path = four_filters(server, tmp_path, cli)
+    out = tmp_path / "reports" / "bloomctl.xml"
+    out.parent.mkdir()
+    result = cli("--config", str(path), "check", "--format", "junit", "-o", str(out))
+    assert result.exit_code == 5 and result.stdout == ""
+    document = etree.parse(str(out))
+    schema = etree.XMLSchema(etree.parse(str(XSD)))
+    assert schema.validate(document), schema.error_log
+    root = document.getroot()
+    suites = {suite.get("name"): suite for suite in root.findall("testsuite")}
+    assert list(suites)[:4] == ["healthy", "drifted", "over", "missing"] and "server default" in suites
+    assert [case.get("name") for case in suites["healthy"].findall("testcase")] == [
+        "exists", "parameters", "recipe", "fill", "fpr",
+    ]  # fmt: skip
+    failures = [
+        (s, c.get("name"))
+        for s, suite in suites.items()
+        for c in suite.findall("testcase")
+        if c.find("failure") is not None
+    ]
+    assert failures == [("drifted", "parameters"), ("over", "fill"), ("missing", "exists")]
+    assert root.get("failures") == "3" and int(root.get("tests")) == sum(int(s.get("tests")) for s in suites.values())
+    assert suites["missing"].get("skipped") == "4"
+    failure = suites["over"].find("testcase[@name='fill']/failure")
+    assert failure.get("message") == "fill 95.0% > max 90.0%" and "fix: " in failure.text
+    assert suites["over"].find("testcase[@name='fill']").get("line") == str(
+        path.read_text().splitlines().index("[filters.over]") + 1
+    )
+    # the schema is strict enough to refuse a broken report
+    broken = etree.fromstring(b'<testsuites><testsuite name="x" tests="one" failures="0" errors="0"/></testsuites>')
+    assert not schema.validate(broken)
+    twice = etree.fromstring(
+        b'<testsuites><testsuite name="x" tests="1" failures="1" errors="0"><testcase name="a">'
+        b"<failure/><error/></testcase></testsuite></testsuites>"
+    )
+    assert not schema.validate(twice)
+
+
+def test_check_github_annotations(server, tmp_path, cli):
+    path = four_filters(server, tmp_path, cli)
+    result = cli("--config", str(path), "check", "--format", "github", "--no-server-checks")
+    assert result.exit_code == 5
+    lines = result.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("::error ")]
+    assert len(errors) == 3
+    text = path.read_text().splitlines()
+    pattern = re.compile(r"^::error file=([^,]+),line=(\d+),title=([^:]+)::(.*)$")
+    parsed = [pattern.match(line).groups() for line in errors]
+    assert [text[int(line) - 1] for _f, line, _t, _m in parsed] == [
+        "[filters.drifted]",
+        "[filters.over]",
+        "[filters.missing]",
+    ]
+    assert parsed[1][2] == "bloomctl check%3A over fill"
+    assert parsed[1][3].startswith("fill 95.0%25 > max 90.0%25")  # '%' escaped as GitHub asks
+    assert lines[-1].startswith("::notice title=bloomctl check::") and "3 fail" in lines[-1]
+
+
+def test_a_server_that_does_not_answer_hides_no_other_result(plain, tmp_path, cli):
+    dead = free_port()
+    text = f"""\
+[profiles.main]
+url = "{plain.url}"
+[profiles.gone]
+url = "redis://127.0.0.1:{dead}/0"
+connect_timeout = 0.5
+
+[filters.here]
+profile = "main"
+capacity = 100
+error_rate = "1%"
+
+[filters.away]
+profile = "gone"
+capacity = 100
+error_rate = "1%"
+"""
+    path = tmp_path / "two.toml"
+    path.write_text(text)
+    assert cli("--url", plain.url, "reserve", "here", "-c", "100", "-e", "1%").exit_code == 0
+    result = cli("--config", str(path), "check", "--format", "json")
+    assert result.exit_code == 3
+    found = statuses(json.loads(result.stdout))
+    assert found[("here", "exists")] == "ok" and found[("away", "connect")] == "error"
+    junit = cli("--config", str(path), "check", "--format", "junit")
+    assert '<error message="cannot reach profile' in junit.stdout
+
+
+def test_the_command_line_url_wins_over_the_profile(plain, tmp_path, cli):
+    path = tmp_path / "f.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "redis://127.0.0.1:{free_port()}"\n[filters.a]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    assert cli("--url", plain.url, "reserve", "a", "-c", "10", "-e", "1%").exit_code == 0
+    result = cli("--config", str(path), "--url", plain.url, "check", "--no-server-checks")
+    assert result.exit_code == 0, result.output
+
+
+def test_recipe_drift_is_a_failure_with_its_fix(plain, tmp_path, cli):
+    (tmp_path / "u.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(50)))
+    base = f'[profiles.default]\nurl = "{plain.url}"\n[filters.users]\ncapacity = 100\nerror_rate = "1%"\nsource.csv = "u.csv"\nsource.column = "id"\n'
+    path = tmp_path / "a.toml"
+    path.write_text(base + 'source.prefix = "user:"\n')
+    built = cli("--config", str(path), "rebuild", "users")
+    assert built.exit_code == 0, built.output
+    assert cli("--config", str(path), "check", "--no-server-checks").exit_code == 0
+    path.write_text(base + 'source.prefix = "u:"\n')
+    result = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert result.exit_code == 1
+    recipe = next(r for r in json.loads(result.stdout)["results"] if r["check"] == "recipe")
+    assert recipe["status"] == "fail" and "prefix 'user:'" in recipe["message"] and "prefix 'u:'" in recipe["message"]
+    assert recipe["fix"].endswith("rebuild users --allow-recipe-change")
+
+
+def test_cuckoo_and_window_declarations(plain, tmp_path, cli):
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f"""\
+[profiles.default]
+url = "{plain.url}"
+[filters.sessions]
+type = "cuckoo"
+capacity = 1000
+bucket_size = 4
+[filters.seen]
+type = "windowed"
+capacity = 1000
+error_rate = "1%"
+window.period = "1d"
+window.keep = 3
+thresholds.max_fpr = "5%"
+"""
+    )
+    applied = cli("--config", str(path), "apply")
+    assert applied.exit_code == 0, applied.output
+    assert cli("--config", str(path), "check", "--no-server-checks").exit_code == 0
+    drifted = (
+        path.read_text().replace("bucket_size = 4", "bucket_size = 2").replace("window.keep = 3", "window.keep = 5")
+    )
+    path.write_text(drifted)
+    result = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    by = {(r["subject"], r["check"]): r for r in json.loads(result.stdout)["results"]}
+    assert result.exit_code == 1
+    assert "bucket_size: declared 2, found 4" in by[("sessions", "parameters")]["message"]
+    assert "window.keep: declared 5, found 3" in by[("seen", "parameters")]["message"]
+    assert "lookup over the window" in by[("seen", "fpr")]["message"]
+    client = client_of(plain)
+    current = [k for k in client.scan_iter("{seen}:*") if client.ttl(k) > 0 and client.ttl(k) <= 3 * 86400]
+    assert current
+    client.delete(*client.keys("{seen}:*"))  # the rotation never ran: adds would fail
+    missing = cli("--config", str(path), "check", "seen", "--format", "json", "--no-server-checks")
+    exists = next(r for r in json.loads(missing.stdout)["results"] if r["check"] == "exists")
+    assert missing.exit_code == 5 and "current bucket is missing" in exists["message"]
+    assert "rebuild --all --due" in exists["fix"]
+
+
+def test_a_sharded_filter_with_a_member_gone_fails_exists(plain, tmp_path, cli):
+    path = tmp_path / "s.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n[filters.big]\ncapacity = 3000\nerror_rate = "1%"\nshards = 3\n'
+    )
+    applied = cli("--config", str(path), "apply", "--format", "json")
+    assert applied.exit_code == 0, applied.output
+    ok = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert ok.exit_code == 0, ok.output
+    assert "sharded bloom filter of 3" in json.loads(ok.stdout)["results"][0]["message"]
+    from bloomctl.manifest import read_manifest
+
+    client = client_of(plain)
+    client.delete(read_manifest(client, "big").members[1])
+    result = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert result.exit_code == 5
+    assert "member(s) 1 of 3 missing" in json.loads(result.stdout)["results"][0]["message"]
+
+
+# --- apply ------------------------------------------------------------------------------------------
+
+
+def test_apply_dry_run_changes_nothing_and_apply_creates_only_what_is_missing(server, tmp_path, cli):
+    path = four_filters(server, tmp_path, cli)
+    path.write_text(
+        path.read_text() + '\n[filters.built]\ncapacity = 500\nerror_rate = "1%"\nsource.csv = "items.csv"\n'
+    )
+    before = snapshot(server)
+    dry = cli("--config", str(path), "apply", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert snapshot(server) == before
+    assert re.search(r"^\+ missing +create: missing: reserve bloom, capacity 1,000, error rate 1%$", dry.stdout, re.M)
+    assert re.search(r"^\+ built +create: missing: its first build, from the csv source$", dry.stdout, re.M)
+    assert re.search(r"^~ drifted +drift: capacity: declared 2,000, found 1,000$", dry.stdout, re.M)
+    assert f"resolve: bloomctl --config {path} rebuild drifted" in dry.stdout
+    assert re.search(r"^= healthy +unchanged", dry.stdout, re.M)
+    assert "dry run: 2 to create, nothing changed; 1 drifted" in dry.stdout
+    result = cli("--config", str(path), "apply", "--format", "json")
+    assert result.exit_code == 0, result.output
+    after = snapshot(server)
+    for key in (b"healthy", b"drifted", b"over"):  # live filters: byte for byte as they were
+        assert after[key] == before[key]
+    client = client_of(server)
+    built = backends.for_key(client, b"built")
+    assert built.card(client, b"built") == 100  # from its source, never empty
+    assert all(built.mexists(client, b"built", [str(i).encode() for i in range(100)]))
+    assert backends.for_key(client, b"missing").info(client, b"missing").reserved_capacity == 1000
+    changes = {c["filter"]: c for c in json.loads(result.stdout)["changes"]}
+    assert changes["built"]["result"]["done"] and changes["missing"]["result"]["done"]
+    again = cli("--config", str(path), "apply")
+    assert again.exit_code == 0 and "0 of 0 created" in again.stdout
+    assert snapshot(server) == snapshot(server) and set(snapshot(server)) == set(after)
+
+
+def test_apply_leaves_a_conflicting_key_alone_and_creates_the_rest(plain, tmp_path, cli):
+    path = tmp_path / "k.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n[filters.taken]\ncapacity = 10\nerror_rate = "1%"\n'
+        '[filters.free]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    client = client_of(plain)
+    client.set("taken", "the application's value")
+    result = cli("--config", str(path), "apply")
+    assert result.exit_code == 5, result.output
+    assert re.search(r"^! taken +conflict: ", result.stdout, re.M)
+    assert client.get("taken") == b"the application's value"
+    assert client.exists("free") == 1
+
+
+def test_a_failed_creation_is_reported_and_the_others_go_on(plain, tmp_path, cli):
+    path = tmp_path / "f.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n[filters.nosource]\ncapacity = 10\nerror_rate = "1%"\n'
+        'source.csv = "not-there.csv"\n[filters.ok]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    result = cli("--config", str(path), "apply")
+    assert result.exit_code == 8, result.output  # the source's error
+    assert "FAILED (exit 8)" in result.stdout and "not-there.csv" in result.stdout
+    client = client_of(plain)
+    assert client.exists("ok") == 1 and client.exists("nosource") == 0

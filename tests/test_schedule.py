@@ -1,0 +1,311 @@
+"""`rebuild NAME` from bloomctl.toml (the command line wins), `rebuild --all --due` (schedules, the
+first failure's exit code after every filter was tried, the metrics file, SIGTERM), and the
+example file of three filters run end to end on a password-protected server and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bloomctl import backends
+from bloomctl.connection import connect, settings_from
+from bloomctl.keys import KeyFamily
+from tests.servers import RedisServer
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "bloomctl.toml"
+
+
+def client_of(server):
+    return connect(settings_from(server.url))
+
+
+def items_csv(path: Path, n: int, start: int = 0) -> None:
+    path.write_text("id\n" + "".join(f"{i}\n" for i in range(start, start + n)))
+
+
+def card(client, key: str) -> int:
+    return backends.for_key(client, key.encode()).card(client, key.encode())
+
+
+def contains(client, key: str, items: list[str]) -> list[bool]:
+    raw = key.encode()
+    return list(backends.for_key(client, raw).mexists(client, raw, [i.encode() for i in items]))
+
+
+def config(tmp_path: Path, server, body: str) -> Path:
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(f'version = 1\n[profiles.default]\nurl = "{server.url}"\n\n{body}')
+    return path
+
+
+def test_rebuild_name_takes_everything_from_the_file(plain, tmp_path, cli):
+    items_csv(tmp_path / "u.csv", 200)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.users]\nkey = "app:{users}"\ncapacity = 400\nerror_rate = "1%"\n'
+        'source.csv = "u.csv"\nsource.column = "id"\nsource.prefix = "user:"\nrebuild.keep_old = 0\n',
+    )
+    result = cli("--config", str(path), "rebuild", "users", "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["swapped"] is True and report["key"] == "app:{users}"  # a declared rebuild swaps
+    client = client_of(plain)
+    assert all(contains(client, "app:{users}", [f"user:{i}" for i in range(200)]))
+    info = backends.for_key(client, b"app:{users}").info(client, b"app:{users}")
+    assert info.reserved_capacity == 400
+    # by its key too; and an option of the command line wins over the file's
+    bigger = cli("--config", str(path), "rebuild", "app:{users}", "--capacity", "800", "--no-swap", "--format", "json")
+    assert bigger.exit_code == 0, bigger.output
+    assert json.loads(bigger.stdout)["swapped"] is False
+    standby = KeyFamily.of("app:{users}").standby
+    assert backends.for_key(client, standby).info(client, standby).reserved_capacity == 800
+    assert backends.for_key(client, b"app:{users}").info(client, b"app:{users}").reserved_capacity == 400
+
+
+def test_rebuild_name_of_what_cannot_be_rebuilt(plain, tmp_path, cli):
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.fed]\ncapacity = 10\nerror_rate = "1%"\n'
+        '[filters.win]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n'
+        '[filters.pg]\ncapacity = 10\nerror_rate = "1%"\nsource.sql = "SELECT 1"\nsource.db_url_env = "NOPE_DB_URL"\n',
+    )
+    fed = cli("--config", str(path), "rebuild", "fed")
+    assert fed.exit_code == 2 and "declares no source to rebuild from (it is fed by the application)" in fed.stderr
+    win = cli("--config", str(path), "rebuild", "win")
+    assert win.exit_code == 2 and "rotated, not rebuilt" in win.stderr
+    pg = cli("--config", str(path), "rebuild", "pg", env={"NOPE_DB_URL": None})
+    assert pg.exit_code == 2 and "$NOPE_DB_URL, which is not set" in pg.stderr
+    # a key the file does not declare is a key, as without a file
+    items_csv(tmp_path / "x.csv", 10)
+    other = cli("--config", str(path), "--url", plain.url, "rebuild", "other", "--from-csv", str(tmp_path / "x.csv"),
+                "-c", "20", "-e", "1%", "--swap")  # fmt: skip
+    assert other.exit_code == 0, other.output
+    assert cli("--config", str(path), "rebuild", "--due").exit_code == 2
+    assert cli("--config", str(path), "rebuild", "--all", "fed").exit_code == 2
+    assert cli("--config", str(path), "rebuild", "--all", "--from-csv", "x.csv").exit_code == 2
+
+
+SCHEDULED = """\
+[filters.daily]
+capacity = 200
+error_rate = "1%"
+source.csv = "a.csv"
+rebuild.every = "1h"
+
+[filters.filling]
+capacity = 200
+error_rate = "1%"
+source.csv = "b.csv"
+rebuild.when_fill_above = 0.6
+
+[filters.fed]
+capacity = 100
+error_rate = "1%"
+
+[filters.broken]
+capacity = 100
+error_rate = "1%"
+source.csv = "not-there.csv"
+
+[filters.seen]
+type = "windowed"
+capacity = 100
+error_rate = "1%"
+window.period = "1d"
+window.keep = 3
+
+[filters.unscheduled]
+capacity = 100
+error_rate = "1%"
+source.csv = "a.csv"
+"""
+
+
+def test_rebuild_all_due(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 50)
+    items_csv(tmp_path / "b.csv", 100)
+    path = config(tmp_path, plain, SCHEDULED)
+    metrics = tmp_path / "rebuild.prom"
+    first = cli("--config", str(path), "rebuild", "--all", "--due", "--format", "json", "--metrics-file", str(metrics))
+    assert first.exit_code == 8, first.output  # broken's source: the first failure's code, after every filter
+    runs = {r["name"]: r for r in json.loads(first.stdout)["filters"]}
+    assert runs["daily"]["action"] == "rebuild" and runs["daily"]["exit_code"] == 0 and runs["daily"]["swapped"]
+    assert runs["filling"]["exit_code"] == 0 and runs["unscheduled"]["exit_code"] == 0  # missing: first builds
+    assert runs["fed"]["action"] == "skip" and runs["fed"]["exit_code"] is None
+    assert runs["broken"]["exit_code"] == 8 and "not-there.csv" in runs["broken"]["detail"]
+    assert runs["seen"]["action"] == "rotate" and runs["seen"]["exit_code"] == 0
+    client = client_of(plain)
+    assert card(client, "daily") == 50 and card(client, "filling") == 100 and client.exists("fed") == 0
+    text = metrics.read_text()
+    assert (
+        'bloomctl_rebuild_exit_code{key="broken"} 8.0' in text and 'bloomctl_rebuild_exit_code{key="daily"} 0.0' in text
+    )
+    assert 'bloomctl_last_success_timestamp_seconds{command="rebuild",key="daily"}' in text
+    assert 'key="fed"' not in text and 'key="seen"' not in text
+
+    path.write_text(path.read_text().replace('source.csv = "not-there.csv"', 'source.csv = "a.csv"'))
+    second = cli("--config", str(path), "rebuild", "--all", "--due")
+    assert second.exit_code == 0, second.output
+    lines = {line.split()[0]: line for line in second.stdout.splitlines() if line and not line.startswith("\n")}
+    assert "skipped" in lines["daily"] and "not due: built" in lines["daily"] and "due in 59m" in lines["daily"]
+    assert "not due: fill 50.0% of 60.0%" in lines["filling"]
+    assert "no schedule declared" in lines["unscheduled"]
+    assert "rebuilt" in lines["broken"] and "missing: its first build" in second.stderr
+    assert "rotated" in lines["seen"]
+    assert second.stdout.rstrip().endswith("6 filter(s): 1 rebuilt, 1 rotated, 4 skipped, 0 failed (exit 0)")
+
+    # an hour later, and more items in the second filter
+    meta = KeyFamily.of("daily").meta
+    client.hset(meta, "created_at", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 3700)))
+    items_csv(tmp_path / "a.csv", 60)
+    raw = b"filling"
+    backends.for_key(client, raw).madd(client, raw, [f"x{i}".encode() for i in range(40)])
+    third = cli("--config", str(path), "rebuild", "--all", "--due", "--format", "json")
+    assert third.exit_code == 0, third.output
+    runs = {r["name"]: r for r in json.loads(third.stdout)["filters"]}
+    assert runs["daily"]["action"] == "rebuild" and runs["daily"]["exit_code"] == 0
+    assert "built 1h 1m ago (every 1h)" in third.stderr
+    assert card(client, "daily") == 60
+    assert runs["filling"]["action"] == "rebuild" and card(client, "filling") == 100  # rebuilt from its source
+    assert runs["unscheduled"]["action"] == "skip"
+    every = cli(
+        "--config", str(path), "rebuild", "--all", "--format", "json"
+    )  # --all alone: every filter with a source
+    assert every.exit_code == 0
+    assert sorted(r["name"] for r in json.loads(every.stdout)["filters"] if r["action"] == "rebuild") == [
+        "broken", "daily", "filling", "unscheduled",
+    ]  # fmt: skip
+
+
+def test_rebuild_all_goes_on_past_a_held_lock(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 20)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.one]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\n'
+        '[filters.two]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\n',
+    )
+    client = client_of(plain)
+    client.set(KeyFamily.of("one").lock, "another run", px=60_000)
+    result = cli("--config", str(path), "rebuild", "--all")
+    assert result.exit_code == 6, result.output
+    assert client.exists("one") == 0 and card(client, "two") == 20
+    assert "FAILED (exit 6)" in result.stdout
+
+
+def test_sigterm_stops_rebuild_all_between_nothing_half_done(plain, tmp_path):
+    """The first filter is built; the second's source blocks (a FIFO nobody writes); SIGTERM: exit
+    143, the first filter swapped in, the second's active key never made, the metrics file says so."""
+    items_csv(tmp_path / "a.csv", 30)
+    fifo = tmp_path / "slow.csv"
+    os.mkfifo(fifo)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.first]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\n'
+        '[filters.second]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "slow.csv"\n',
+    )
+    metrics = tmp_path / "m.prom"
+    code = "import sys; from bloomctl.cli import main; sys.argv[0] = 'bloomctl'; main(prog_name='bloomctl')"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLOOMCTL_")}
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "--config", str(path), "rebuild", "--all", "--metrics-file", str(metrics)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    client = client_of(plain)
+    deadline = time.monotonic() + 60
+    while client.exists("first") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # now blocked opening the FIFO
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, (out, err)
+    assert "terminated (SIGTERM)" in err
+    assert card(client, "first") == 30 and client.exists("second") == 0
+    text = metrics.read_text()
+    assert (
+        'bloomctl_rebuild_exit_code{key="first"} 0.0' in text
+        and 'bloomctl_rebuild_exit_code{key="second"} 143.0' in text
+    )
+
+
+# --- the example file, end to end ---------------------------------------------------------------
+
+
+@pytest.fixture
+def shop_db(pg_engine):
+    """A database of its own for the example's `users` table (the example's query, as written)."""
+    import sqlalchemy
+
+    name = "bloomctl_example"
+    with pg_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        conn.execute(sqlalchemy.text(f"CREATE DATABASE {name}"))
+    url = pg_engine.url.set(database=name)
+    engine = sqlalchemy.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE users (id bigint PRIMARY KEY, deleted_at timestamptz)"))
+        conn.execute(
+            sqlalchemy.text(
+                "INSERT INTO users SELECT g, CASE WHEN g % 10 = 0 THEN now() END FROM generate_series(1, 5000) g"
+            )
+        )
+    yield url.render_as_string(hide_password=False)
+    engine.dispose()
+    with pg_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(sqlalchemy.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture
+def protected(workdir):
+    server = RedisServer(workdir, extra=["--requirepass", "shop-secret-pw"])
+    yield server
+    server.stop()
+
+
+def test_the_example_file_runs_end_to_end(protected, shop_db, cli, tmp_path):
+    url = f"redis://127.0.0.1:{protected.port}/0"
+    env = {"SHOP_REDIS_PASSWORD": "shop-secret-pw", "SHOP_DB_URL": shop_db}
+    run = lambda *args: cli("--config", str(EXAMPLE), "--url", url, *args, env=env)  # noqa: E731
+
+    assert run("config", "validate").exit_code == 0
+    missing = run("check", "--format", "json")
+    assert missing.exit_code == 5
+    plan = run("apply", "--dry-run")
+    assert plan.exit_code == 0 and "dry run: 3 to create, nothing changed" in plan.stdout
+    applied = run("apply")
+    assert applied.exit_code == 0, applied.output
+    client = connect(settings_from(url, environ={"BLOOMCTL_PASSWORD": "shop-secret-pw"}))
+    assert card(client, "shop:{users}") == 4500  # deleted users are not in it
+    assert contains(client, "shop:{users}", ["user:1", "user:4999"]) == [True, True]
+    assert card(client, "shop:{skus}") == 2000 and contains(client, "shop:{skus}", ["SKU-000001"]) == [True]
+    from bloomctl.window import WindowedFilter
+
+    dedupe = WindowedFilter(client, "shop:dedupe")
+    dedupe.add(b"event-1")
+    assert dedupe.exists(b"event-1") and not dedupe.exists(b"event-2")
+    healthy = run("check", "--format", "json")
+    assert healthy.exit_code == 0, healthy.output  # (the test server's persistence: a warning, it passes)
+    results = json.loads(healthy.stdout)["results"]
+    assert {r["status"] for r in results if not r["subject"].startswith("server")} <= {"ok", "skip"}
+    cron = run("rebuild", "--all", "--due")
+    assert cron.exit_code == 0, cron.output
+    assert "3 filter(s): 0 rebuilt, 1 rotated, 2 skipped, 0 failed (exit 0)" in cron.stdout
+    junit = run("check", "--format", "junit")
+    assert junit.exit_code == 0 and 'failures="0"' in junit.stdout
+    assert "shop-secret-pw" not in "".join(r.output for r in (missing, plan, applied, healthy, cron, junit))
+    wrong = cli("--config", str(EXAMPLE), "--url", url, "check", env={**env, "SHOP_REDIS_PASSWORD": "nope"})
+    assert wrong.exit_code == 3 and "nope" not in wrong.output
