@@ -184,8 +184,7 @@ class Exporter:
             )
 
     def _state(self, out: Collection, decl: Declared, state: Any, labels: dict[str, str]) -> None:
-        from bloomctl.cli.fill import PROMETHEUS_METRICS
-        from bloomctl.fill import judge
+        from bloomctl.fill import PROMETHEUS_METRICS, judge
 
         limits = thresholds(decl)
         report = judge(decl.key.encode("utf-8", "surrogateescape"), state, limits)

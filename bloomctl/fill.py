@@ -6,7 +6,7 @@ of a naming scheme without listing them. Companion keys (standby, old) are skipp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,3 +184,35 @@ def fill_ratio(
             reason = "no Bloom filter matches this pattern" if is_pattern(key) else str(exc)
             reports.append(FillReport(key, None, MISSING, (reason,)))
     return reports
+
+
+# The gauges of one filter, in fill-ratio's Prometheus output and the exporter's: (name, help, value of it)
+Getter = Callable[["FillReport", FilterState], "float | None"]
+PROMETHEUS_METRICS: tuple[tuple[str, str, Getter], ...] = (
+    ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r, s: s.fill_ratio),
+    ("bloomctl_items", "Items inserted (BF.INFO).", lambda r, s: s.items),
+    ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r, s: s.capacity),
+    (
+        "bloomctl_reserved_capacity",
+        "Capacity given to BF.RESERVE (first sub-filter).",
+        lambda r, s: s.reserved_capacity,
+    ),
+    ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r, s: s.size_bytes),
+    ("bloomctl_subfilters", "Number of sub-filters.", lambda r, s: s.filters),
+    (
+        "bloomctl_estimated_false_positive_ratio",
+        "Estimated false-positive rate now (a fraction).",
+        lambda r, s: s.estimated_fpr,
+    ),
+    ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r, s: int(r.status == OVER)),
+    (
+        "bloomctl_deleted_items",
+        "Cuckoo filters: items deleted (since the last compaction).",
+        lambda r, s: getattr(s, "deletes", None),
+    ),
+    (
+        "bloomctl_full_load_ratio",
+        "Cuckoo filters: the load (items / slots) at which inserts start to fail, measured for its bucket size.",
+        lambda r, s: getattr(s, "full_load", None) if s.kind == "cuckoo" else None,
+    ),
+)

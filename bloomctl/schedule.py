@@ -78,7 +78,7 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
         if made is None:
             reasons.append("no record of when it was built")
         elif moment - made >= every:
-            reasons.append(f"built {ago(moment - made)} ago (every {ago(every)})")
+            reasons.append(f"built {ago(moment - made)} ago, due every {ago(every)}")
         else:
             waits.append(f"built {ago(moment - made)} ago, due in {ago(made + every - moment)}")
     above = decl.rebuild.get("when_fill_above")

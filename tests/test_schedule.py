@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bloomctl import backends
+from bloomctl.config import load
 from bloomctl.connection import connect, settings_from
 from bloomctl.keys import KeyFamily
 from tests.servers import RedisServer
@@ -174,7 +175,7 @@ def test_rebuild_all_due(plain, tmp_path, cli):
     assert third.exit_code == 0, third.output
     runs = {r["name"]: r for r in json.loads(third.stdout)["filters"]}
     assert runs["daily"]["action"] == "rebuild" and runs["daily"]["exit_code"] == 0
-    assert "built 1h 1m ago (every 1h)" in third.stderr
+    assert "built 1h 1m ago, due every 1h" in third.stderr
     assert card(client, "daily") == 60
     assert runs["filling"]["action"] == "rebuild" and card(client, "filling") == 100  # rebuilt from its source
     assert runs["unscheduled"]["action"] == "skip"
@@ -309,3 +310,92 @@ def test_the_example_file_runs_end_to_end(protected, shop_db, cli, tmp_path):
     assert "shop-secret-pw" not in "".join(r.output for r in (missing, plan, applied, healthy, cron, junit))
     wrong = cli("--config", str(EXAMPLE), "--url", url, "check", env={**env, "SHOP_REDIS_PASSWORD": "nope"})
     assert wrong.exit_code == 3 and "nope" not in wrong.output
+
+
+def _section(page: str, heading: str) -> str:
+    return page.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_operations_page_crontab_line_and_cronjob_run(protected, shop_db, tmp_path):
+    """docs/operations.md, "One file per application": the crontab line runs as cron runs it (env -i,
+    /bin/sh -c) with the example file; the CronJob manifest parses, its ConfigMap, mount, Secret and
+    the file's variables agree, and its command runs."""
+    import re
+    import shutil
+
+    yaml = pytest.importorskip("yaml")
+    page = _section((ROOT / "docs" / "operations.md").read_text(), "## One file per application")
+    url = f"redis://127.0.0.1:{protected.port}/0"
+    # the example, installed with the test server's URL in place of its own
+    shutil.copytree(EXAMPLE.parent / "data", tmp_path / "data")
+    installed = tmp_path / "shop.toml"
+    installed.write_text(EXAMPLE.read_text().replace('url = "redis://127.0.0.1:6379/0"', f'url = "{url}"'))
+    (tmp_path / "shop.env").write_text(f"SHOP_REDIS_PASSWORD=shop-secret-pw\nSHOP_DB_URL={shop_db}\n")
+    wrapper = tmp_path / "bloomctl"
+    wrapper.write_text(
+        f"#!/bin/sh\nexec {sys.executable} -c \"import sys; from bloomctl.cli import main; sys.argv[0] = 'bloomctl'; "
+        f'main(prog_name=\'bloomctl\')" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    line = re.search(r"^\*/15 \* \* \* \* bloomctl (.+)$", page, re.M).group(1)
+    command = (
+        line.replace("/etc/bloomctl/shop.env", str(tmp_path / "shop.env"))
+        .replace("/etc/bloomctl/shop.toml", str(installed))
+        .replace("/opt/bloomctl/bin/bloomctl", str(wrapper))
+        .replace("/var/log/bloomctl/shop.log", str(tmp_path / "shop.log"))
+    )
+    crontab = re.search(r"```sh\n(SHELL=.*?)```", page, re.S).group(1)
+    variables = dict(re.findall(r"^([A-Z]+)=(\S+)$", crontab, re.M))
+    assert variables["SHELL"] == "/bin/sh" and line in crontab
+    assert variables["PATH"] == "/usr/bin:/bin"
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    env = {"SHELL": "/bin/sh", "PATH": variables["PATH"], "HOME": str(tmp_path), "LOGNAME": "bloomctl",
+           "TEXTFILE": str(textfile), "PYTHONPATH": str(ROOT)}  # fmt: skip
+    done = subprocess.run(["env", "-i", *[f"{k}={v}" for k, v in env.items()], "/bin/sh", "-c", command], timeout=300)
+    assert done.returncode == 0, (tmp_path / "shop.log").read_text()
+    log = [json.loads(line) for line in (tmp_path / "shop.log").read_text().splitlines() if line.startswith("{")]
+    assert any("users: rebuild: missing: its first build" in entry["message"] for entry in log)
+    metrics = (textfile / "bloomctl-shop.prom").read_text()
+    assert 'bloomctl_rebuild_exit_code{key="shop:{users}"} 0.0' in metrics
+    assert 'bloomctl_rebuild_exit_code{key="shop:{skus}"} 0.0' in metrics
+    assert "shop-secret-pw" not in metrics + (tmp_path / "shop.log").read_text()
+
+    # the CronJob
+    blocks = re.findall(r"```yaml\n(.*?)```", page, re.S)
+    assert len(blocks) == 1
+    (cronjob,) = list(yaml.safe_load_all(blocks[0]))
+    assert cronjob["kind"] == "CronJob" and cronjob["apiVersion"] == "batch/v1"
+    spec = cronjob["spec"]
+    assert spec["concurrencyPolicy"] == "Forbid" and len(spec["schedule"].split()) == 5
+    pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
+    (container,) = pod["containers"]
+    args = container["command"]
+    assert args[0] == "bloomctl" and args[args.index("rebuild") :][:3] == ["rebuild", "--all", "--due"]
+    kubectl = " ".join(page.split("```sh\nkubectl", 1)[1].split("```", 1)[0].replace("\\\n", " ").split())
+    configmap = re.search(r"create configmap (\S+) --from-file=([^=]+)=examples/bloomctl\.toml", kubectl)
+    secret = re.search(r"create secret generic (\S+)((?: --from-literal=[A-Z_]+=\S+)+)", kubectl)
+    (volume,) = pod["volumes"]
+    (mount,) = container["volumeMounts"]
+    assert volume["configMap"]["name"] == configmap.group(1) and mount["name"] == volume["name"]
+    assert args[args.index("--config") + 1] == f"{mount['mountPath']}/{configmap.group(2)}"
+    assert container["envFrom"] == [{"secretRef": {"name": secret.group(1)}}]
+    keys = set(re.findall(r"--from-literal=([A-Z_]+)=", secret.group(2)))
+    declared = load(EXAMPLE)
+    named = {p.password_env for p in declared.profiles.values()} | {
+        d.source["db_url_env"] for d in declared.filters.values() if "db_url_env" in d.source
+    }
+    assert keys == named
+    # its command, as written (the ConfigMap's file and the cluster's URL replaced by the test's)
+    words = [str(installed) if w == args[args.index("--config") + 1] else url if w.startswith("redis://") else w
+             for w in args[1:]]  # fmt: skip
+    ran = subprocess.run(
+        [str(wrapper), *words],
+        env={**env, "SHOP_REDIS_PASSWORD": "shop-secret-pw", "SHOP_DB_URL": shop_db},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "skipped" in ran.stdout and "0 failed (exit 0)" in ran.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -19,41 +18,11 @@ from bloomctl.errors import ExitCode
 from bloomctl.keys import to_display
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bloomctl.backends import FilterState
     from bloomctl.cli.metrics import Metric
     from bloomctl.fill import FillReport, Thresholds
 
 OVER, MISSING = "over", "missing"  # bloomctl.fill's statuses; that module loads lazily (start-up time)
 
-Getter = Callable[["FillReport", "FilterState"], "float | None"]
-PROMETHEUS_METRICS: tuple[tuple[str, str, Getter], ...] = (
-    ("bloomctl_fill_ratio", "Items inserted divided by the reserved capacity.", lambda r, s: s.fill_ratio),
-    ("bloomctl_items", "Items inserted (BF.INFO).", lambda r, s: s.items),
-    ("bloomctl_capacity", "Capacity of all sub-filters (BF.INFO).", lambda r, s: s.capacity),
-    (
-        "bloomctl_reserved_capacity",
-        "Capacity given to BF.RESERVE (first sub-filter).",
-        lambda r, s: s.reserved_capacity,
-    ),
-    ("bloomctl_size_bytes", "Memory of the filter (BF.INFO Size).", lambda r, s: s.size_bytes),
-    ("bloomctl_subfilters", "Number of sub-filters.", lambda r, s: s.filters),
-    (
-        "bloomctl_estimated_false_positive_ratio",
-        "Estimated false-positive rate now (a fraction).",
-        lambda r, s: s.estimated_fpr,
-    ),
-    ("bloomctl_over_max", "1 when the filter is over the --max thresholds.", lambda r, s: int(r.status == OVER)),
-    (
-        "bloomctl_deleted_items",
-        "Cuckoo filters: items deleted (since the last compaction).",
-        lambda r, s: getattr(s, "deletes", None),
-    ),
-    (
-        "bloomctl_full_load_ratio",
-        "Cuckoo filters: the load (items / slots) at which inserts start to fail, measured for its bucket size.",
-        lambda r, s: getattr(s, "full_load", None) if s.kind == "cuckoo" else None,
-    ),
-)
 PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
 TYPE = ("bloomctl_filter_type", "1 for the filter's type (bloom or cuckoo).")
 EXIT_CODE = ("bloomctl_fill_ratio_exit_code", "The exit code of the fill-ratio run that wrote this file.")
@@ -66,6 +35,7 @@ def prometheus_text(
     """The textfile: per-key gauges and thresholds; with ``exit_code`` (``--output``), that code
     and the last success (now when 0, else kept from ``previous``, the file being replaced)."""
     from bloomctl.cli.metrics import exposition, last_success
+    from bloomctl.fill import PROMETHEUS_METRICS
 
     keyed = [(to_display(r.key), r) for r in reports]
     metrics: list[Metric] = [(*PRESENT, ("key",), [((k,), 0.0 if r.state is None else 1.0) for k, r in keyed])]

@@ -454,13 +454,15 @@ class Run:
         self.items = 0
         self.swapped = False
         self.action = "rebuild"
-        self.detail = ""
+        self.reason = ""  # why --all did what it did
+        self.detail = ""  # what came of it
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "key": self.key,
             "action": self.action,
+            "reason": self.reason,
             "exit_code": self.code,
             "detail": self.detail,
             "items": self.items,
@@ -562,7 +564,8 @@ def rebuild_all(
             try:
                 client, server = app.connect_profile(decl.profile)
                 decision = schedule.decide(client, decl, only_due=due)
-                run.action, run.detail = decision.action, decision.reason
+                run.action, run.reason = decision.action, decision.reason
+                run.detail = decision.reason if decision.action == schedule.SKIP else ""
                 if decision.action == schedule.SKIP:
                     app.output.log(f"{decl.name}: skipped: {decision.reason}", {"filter": decl.name, "action": "skip"})
                     continue
@@ -638,7 +641,8 @@ def render_all(runs: list[Run], output_format: str, code: int) -> None:
     words = {"rebuild": "rebuilt", "rotate": "rotated", "skip": "skipped"}
     for run in runs:
         status = words.get(run.action, run.action) if not run.code else f"FAILED (exit {run.code})"
-        click.echo(f"{run.name:<{width}}  {status:<16}  {run.detail}")
+        why = f" ({run.reason})" if run.reason and run.detail != run.reason and run.action == "rebuild" else ""
+        click.echo(f"{run.name:<{width}}  {status:<16}  {run.detail}{why}")
     counts = {word: sum(1 for r in runs if not r.code and words.get(r.action) == word) for word in words.values()}
     failed = sum(1 for r in runs if r.code)
     click.echo(
