@@ -48,7 +48,16 @@ def reserve(client: redis.Redis, engine: str, slots: int, bucket_size: int, iter
         )  # fmt: skip
     else:
         client.execute_command(
-            "FCALL", "bloomctl_cf_reserve", 1, "c", buckets, bucket_size, bits // 8, iterations, buckets * bucket_size, 0.01
+            "FCALL",
+            "bloomctl_cf_reserve",
+            1,
+            "c",
+            buckets,
+            bucket_size,
+            bits // 8,
+            iterations,
+            buckets * bucket_size,
+            0.01,
         )
     return buckets * bucket_size
 
@@ -98,9 +107,13 @@ def main() -> None:
                 client.execute_command("FUNCTION LOAD", "REPLACE", functions_source())
                 Library().ensure(client)
             print(f"server: {client.info('server')['redis_version']} ({args.redis_server}), engine {args.engine}")
-            print("| slots | bucket size | max iterations | fingerprint bits | load at the first failure | planner's full load | FPR measured | FPR the formula gives |")
+            print(
+                "| slots | bucket size | max iterations | fingerprint bits | load at the first failure | planner's full load | FPR measured | FPR the formula gives |"
+            )
             print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-            combos = itertools.product(numbers(args.slots), numbers(args.bucket_sizes), numbers(args.iterations), bits_choices)
+            combos = itertools.product(
+                numbers(args.slots), numbers(args.bucket_sizes), numbers(args.iterations), bits_choices
+            )
             for slots, bucket_size, iterations, bits in combos:
                 loads, fprs, predicted = [], [], []
                 for seed in range(args.seeds):

@@ -49,7 +49,9 @@ def write_sources(workdir: Path, n: int, tag: str) -> tuple[Path, Path]:
     with resp.open("wb") as out:
         for start in range(0, n, 1000):
             out.write(
-                hiredis.pack_command(("CF.INSERT", "ref", "ITEMS", *[f"item:{i}" for i in range(start, min(n, start + 1000))]))
+                hiredis.pack_command(
+                    ("CF.INSERT", "ref", "ITEMS", *[f"item:{i}" for i in range(start, min(n, start + 1000))])
+                )
             )
     return csv, resp
 
@@ -124,13 +126,17 @@ def measure_pipe(client: redis.Redis, pid: int, port: int, resp: Path, items: in
 
 def print_table(results: dict[str, list[dict]]) -> None:
     reference = [row["items"] / row["seconds"] for row in next(iter(results.values()))]
-    print("| run | distinct items | seconds | items/s | ratio to (a) | server CPU s | slowest command | client RSS MiB |")
+    print(
+        "| run | distinct items | seconds | items/s | ratio to (a) | server CPU s | slowest command | client RSS MiB |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, rows in results.items():
         ratios = [row["items"] / row["seconds"] / ref for row, ref in zip(rows, reference, strict=True)]
         seconds = statistics.median(row["seconds"] for row in rows)
         slows = [row["slowest"] for row in rows if row["slowest"]]
-        slow = f"{max(slows, key=lambda s: s[1])[0]} {max(s[1] for s in slows) / 1000:.1f} ms" if slows else "none > 1 ms"
+        slow = (
+            f"{max(slows, key=lambda s: s[1])[0]} {max(s[1] for s in slows) / 1000:.1f} ms" if slows else "none > 1 ms"
+        )
         rss = max((row["rss"] or 0) for row in rows) / 2**20
         print(
             f"| {label} | {rows[0]['items']:,} | {seconds:.2f} | {rows[0]['items'] / seconds:,.0f} | "
