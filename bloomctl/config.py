@@ -602,7 +602,7 @@ def json_schema() -> dict[str, Any]:
     schema.update(
         {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": "https://github.com/bloomctl/bloomctl/docs/config.schema.json",
+            "$id": "urn:redis-bloomctl:bloomctl.toml:1",
             "title": "bloomctl.toml",
             "description": "An application's filters for bloomctl (docs/config.md). Secrets never go in it.",
         }

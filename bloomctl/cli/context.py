@@ -58,7 +58,7 @@ class AppContext:
             path = config.find(self.config_path)
             if path is None:
                 raise UsageError(
-                    "no config file: give `config` PATH, set $%s, or run where bloomctl.toml is", config.CONFIG_ENV
+                    "no config file: give --config PATH, set $%s, or run where bloomctl.toml is", config.CONFIG_ENV
                 )
             self._config = config.load(path)
         return self._config
