@@ -16,11 +16,12 @@ from typing import Any
 
 from bloomctl.client import RedisClient
 from bloomctl.config import Declared
-from bloomctl.declarations import drift, recipe_drift, summarize, window_drift
+from bloomctl.declarations import drift, drift_fix, recipe_drift, summarize, window_drift
 from bloomctl.errors import KeyMissing, StateConflict
 from bloomctl.server import ServerInfo
 
 CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "unchanged", "conflict"
+INVALID, ERROR = "invalid", "error"  # a declaration the server refuses; a server that did not answer
 BUILD, RESERVE, WINDOW = "rebuild", "reserve", "window"  # how a missing filter is made
 
 
@@ -44,37 +45,58 @@ class Change:
 
 
 def change_for(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
-    """What apply does with ``decl`` on this server (nothing is written)."""
-    if decl.kind == "windowed":
-        return _window_change(client, server, decl, path)
+    """What apply does with ``decl`` on this server (nothing is written, not even the function library)."""
+    from bloomctl.backends.library import installs_nothing
+
+    with installs_nothing():
+        if decl.kind == "windowed":
+            return _window_change(client, server, decl, path)
+        return _filter_change(client, server, decl, path)
+
+
+def _filter_change(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
     from bloomctl import lifecycle
 
     try:
-        summary = summarize(lifecycle.describe(client, decl.key))
+        description = lifecycle.describe(client, decl.key)
+        summary = summarize(description)
     except KeyMissing:
-        if decl.source:
-            kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
-            return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
-        return Change(decl, CREATE, f"missing: reserve {_parameters(decl)}", RESERVE)
+        return _creation(server, decl)
     except StateConflict as exc:
         return Change(decl, CONFLICT, str(exc), fix="move that key away, or declare another key")
+    members = getattr(description, "shards", None) or ()
+    absent = [str(i) for i, member in enumerate(members) if member is None]
+    if absent:
+        return Change(
+            decl,
+            CONFLICT,
+            f"sharded filter: member(s) {', '.join(absent)} of {len(members)} missing",
+            fix="restore the missing members from a dump, or rebuild it",
+        )
     diffs = drift(decl, summary)
     recipe = recipe_drift(decl, summary)
     if recipe is not None:
         diffs.append(recipe)
     if not diffs:
         return Change(decl, UNCHANGED, "as declared")
-    text = "; ".join(d.describe() for d in diffs)
-    if all(d.rebuildable for d in diffs) and decl.source:
-        option = " --allow-recipe-change" if recipe is not None else ""
-        return Change(decl, DRIFT, text, fix=f"bloomctl --config {path} rebuild {decl.name}{option}")
-    if all(d.rebuildable for d in diffs):
-        return Change(
-            decl, DRIFT, text, fix="the application feeds it: reserve a new key, or declare what the server has"
-        )
-    return Change(
-        decl, DRIFT, text, fix="a rebuild cannot change this: build the filter under a new key, or declare what it is"
-    )
+    return Change(decl, DRIFT, "; ".join(d.describe() for d in diffs), fix=drift_fix(decl, path, diffs))
+
+
+def _creation(server: ServerInfo, decl: Declared) -> Change:
+    """The creation of a missing filter, checked as far as can be before anything is written (a
+    plan the server refuses, a database URL that is not set)."""
+    from bloomctl.declarations import source_values
+    from bloomctl.errors import UsageError
+
+    try:
+        if decl.source:
+            source_values(decl)
+            kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
+            return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
+        declared_plan(server, decl)
+        return Change(decl, CREATE, f"missing: reserve {_parameters(decl)}", RESERVE)
+    except UsageError as exc:
+        return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
 
 
 def _parameters(decl: Declared) -> str:
@@ -94,20 +116,21 @@ def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path
     try:
         spec = window.read_window(client, decl.key)
     except KeyMissing:
+        from bloomctl.errors import UsageError
+
         period, keep = decl.window["period"], decl.window["keep"]
+        try:
+            window_spec(server, decl)
+        except UsageError as exc:
+            return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
         return Change(decl, CREATE, f"missing: a window of {keep} x {period} buckets", WINDOW)
     except StateConflict as exc:
         return Change(decl, CONFLICT, str(exc), fix="move that key away, or declare another key")
     diffs = window_drift(decl, spec)
     if diffs:
-        return Change(
-            decl,
-            DRIFT,
-            "; ".join(d.describe() for d in diffs),
-            fix="a window keeps its settings: create it under a new name, or declare what it is",
-        )
+        return Change(decl, DRIFT, "; ".join(d.describe() for d in diffs), fix=drift_fix(decl, path, diffs))
     try:
-        report = window.rotate(client, server, decl.key, dry_run=True)
+        report = window.rotate(client, server, decl.key, dry_run=True, remove_strays=False)
     except StateConflict as exc:  # a key at a bucket's name that is not the window's
         return Change(decl, CONFLICT, str(exc), fix="move that key away")
     made = [a for a in report.actions if a.action == "created"]
@@ -181,9 +204,10 @@ def window_spec(server: ServerInfo, decl: Declared) -> Any:
 
 
 def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
-    """Create the declared window where it is missing (the same one there is accepted), then rotate
-    it: its current and coming buckets made. The rotation's report."""
+    """Create the declared window where it is missing (the same one there is accepted), then make
+    its current and coming buckets (nothing removed: stray old buckets are `window rotate`'s). The
+    rotation's report."""
     from bloomctl import window
 
     window.create(client, server, window_spec(server, decl), if_not_exists=True)
-    return window.rotate(client, server, decl.key)
+    return window.rotate(client, server, decl.key, remove_strays=False)

@@ -9,13 +9,14 @@ another filter's results. ``Report.exit_code`` follows the command line's codes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.client import RedisClient
 from bloomctl.config import Config, Declared
-from bloomctl.declarations import drift, recipe_drift, summarize, thresholds, window_drift
+from bloomctl.declarations import drift, drift_fix, recipe_drift, summarize, thresholds, window_drift
 from bloomctl.errors import BloomctlError, ExitCode, KeyMissing, StateConflict
 from bloomctl.planner import format_rate
 from bloomctl.server import ServerInfo
@@ -35,6 +36,7 @@ class Result:
     key: str | None = None
     line: int | None = None  # the declaration's line in the file
     fix: str | None = None  # the command (or step) that resolves it
+    code: int | None = None  # an error's exit code
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,11 +57,12 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """3 when a server did not answer, else 5 when a filter is missing, else 1 when a check
-        failed (warnings pass), else 0."""
+        """The first error's code when a check could not run (3: a server did not answer or refused
+        a command), else 5 when a filter is missing, else 1 when a check failed (warnings pass), else 0."""
         statuses = {(r.check, r.status) for r in self.results}
-        if any(status == ERROR for _check, status in statuses):
-            return ExitCode.CONNECTION
+        errors = [r for r in self.results if r.status == ERROR]
+        if errors:
+            return errors[0].code or ExitCode.CONNECTION
         if ("exists", FAIL) in statuses:
             return ExitCode.CONFLICT
         if any(status == FAIL for _check, status in statuses):
@@ -89,31 +92,20 @@ def run(config: Config, connect: Connect, names: list[str] | None = None, *, ser
         try:
             client, server = connect(profile)
         except Exception as exc:  # the other profiles are still checked
+            code = error_code(exc)
             for decl in mine:
-                report.results.append(
-                    Result(
-                        decl.name,
-                        "connect",
-                        ERROR,
-                        f"cannot reach profile {profile!r}: {_why(exc)}",
-                        decl.key,
-                        decl.line,
-                    )
-                )
+                message = f"cannot reach profile {profile!r}: {reason(exc)}"
+                report.results.append(Result(decl.name, "connect", ERROR, message, decl.key, decl.line, code=code))
             continue
         keys: list[bytes] = []
         for decl in mine:
             try:
                 results, key = check_filter(client, server, config.path, decl)
-            except Exception as exc:  # the server stopped answering: this filter's checks say so, the rest go on
-                from bloomctl.connection import is_redis_error
-
-                if not is_redis_error(exc):
-                    raise
-                results, key = (
-                    [Result(decl.name, "connect", ERROR, f"profile {profile!r}: {_why(exc)}", decl.key, decl.line)],
-                    None,
-                )
+            except Exception as exc:  # this filter's checks could not run: it says why, the rest go on
+                code = error_code(exc)
+                what = "connect" if _unreachable(exc) else "read"
+                message = f"profile {profile!r}: {reason(exc)}" if what == "connect" else reason(exc)
+                results, key = [Result(decl.name, what, ERROR, message, decl.key, decl.line, code=code)], None
             report.results += results
             if key:
                 keys.append(key)
@@ -122,7 +114,26 @@ def run(config: Config, connect: Connect, names: list[str] | None = None, *, ser
     return report
 
 
-def _why(exc: BaseException) -> str:
+def _unreachable(exc: BaseException) -> bool:
+    import redis
+
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError) or (
+        isinstance(exc, BloomctlError) and exc.exit_code == ExitCode.CONNECTION
+    )
+
+
+def error_code(exc: BaseException) -> int:
+    """The exit code of an error that stopped a filter's checks; a bug is raised, not reported."""
+    from bloomctl.connection import is_redis_error
+
+    if isinstance(exc, BloomctlError):
+        return int(exc.exit_code)
+    if is_redis_error(exc):
+        return int(ExitCode.CONNECTION)
+    raise exc
+
+
+def reason(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
 
@@ -138,8 +149,11 @@ def check_filter(
     def result(check: str, status: str, message: str, fix: str | None = None) -> Result:
         return Result(decl.name, check, status, message, decl.key, decl.line, fix)
 
+    from bloomctl.backends.library import installs_nothing
+
     try:
-        description = lifecycle.describe(client, decl.key)
+        with installs_nothing():  # a check writes nothing: not even the function library
+            description = lifecycle.describe(client, decl.key)
         summary = summarize(description)
     except KeyMissing:
         fix = f"bloomctl --config {path} apply"
@@ -172,15 +186,7 @@ def _parameters(decl: Declared, path: str, description: Any, result: Callable[..
     diffs = drift(decl, description)
     if not diffs:
         return result("parameters", OK, "as declared")
-    text = "; ".join(d.describe() for d in diffs)
-    if all(d.rebuildable for d in diffs):
-        return result("parameters", FAIL, f"drift: {text}", f"bloomctl --config {path} rebuild {decl.name}")
-    return result(
-        "parameters",
-        FAIL,
-        f"drift: {text}",
-        "a rebuild cannot change this: build the filter under a new key, or declare what the server has",
-    )
+    return result("parameters", FAIL, "drift: " + "; ".join(d.describe() for d in diffs), drift_fix(decl, path, diffs))
 
 
 def _recipe(decl: Declared, path: str, description: Any, result: Callable[..., Result]) -> Result:
@@ -218,7 +224,8 @@ def _thresholds(decl: Declared, path: str, state: Any, result: Callable[..., Res
     warn_at, max_at = judged.limits or (limits.warn_at, limits.max_at)
     what = "load" if state.kind == "cuckoo" else "fill"
     fill_reasons = [r for r in judged.reasons if not r.startswith("estimated FPR")]
-    fill_status = FAIL if state.fill_ratio > max_at else WARN if fill_reasons else OK
+    over = any("> max" in r for r in fill_reasons)  # (judge's verdict: a cuckoo filter at its full load is over)
+    fill_status = FAIL if over else WARN if fill_reasons else OK
     fill = result(
         "fill",
         fill_status,
@@ -252,9 +259,7 @@ def _check_window(client: RedisClient, path: str, decl: Declared) -> list[Result
         exists = result("exists", OK, f"window of {info.spec.kind} filters, {info.as_dict()['items']:,} items")
     diffs = window_drift(decl, info.spec)
     parameters = (
-        result(
-            "parameters", FAIL, "drift: " + "; ".join(d.describe() for d in diffs), "create the window under a new name"
-        )
+        result("parameters", FAIL, "drift: " + "; ".join(d.describe() for d in diffs), drift_fix(decl, path, diffs))
         if diffs
         else result("parameters", OK, "as declared")
     )
@@ -326,6 +331,14 @@ def to_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml(text: str) -> str:
+    """Text XML 1.0 can hold: a control character or a lone surrogate (a key's raw byte) shown as \\xNN."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def to_junit(report: Report, *, timestamp: str | None = None) -> str:
     """JUnit XML: one test suite per filter (and server), one test case per check; a failed check
     is a <failure>, a server that did not answer an <error>, a skipped one <skipped>, and a
@@ -373,6 +386,11 @@ def to_junit(report: Report, *, timestamp: str | None = None) -> str:
     for name, value in totals.items():
         root.set(name, str(value))
     root.set("time", "0")
+    for element in root.iter():  # nothing a CI system's parser would refuse
+        for attribute, text in list(element.attrib.items()):
+            element.set(attribute, _xml(text))
+        if element.text:
+            element.text = _xml(element.text)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

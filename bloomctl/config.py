@@ -19,7 +19,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from bloomctl.cuckoo_planner import MAX_BUCKET_SIZE, MAX_ITERATIONS
 from bloomctl.defaults import (
@@ -74,7 +73,7 @@ _OPEN_ZERO = 0.0  # a float low bound: the value must be above it
 PROFILE: dict[str, Kind] = {
     "url": "str",
     "password_file": "str",
-    "password_env": "str",
+    "password_env": "envname",
     "tls_ca": "str",
     "tls_cert": "str",
     "tls_key": "str",
@@ -86,7 +85,7 @@ SOURCE: dict[str, Kind] = {
     "csv": "str",
     "parquet": "str",
     "sql": "str",
-    "db_url_env": "str",
+    "db_url_env": "envname",
     "column": "str|int",
     "template": "str",
     "prefix": "str",
@@ -188,7 +187,12 @@ def _check(kind: Kind, value: Any) -> str | None:
             return f"must be at most {high:g}, got {value!r}"
         return None
     checks = {
-        "str": lambda v: None if isinstance(v, str) and v != "" else f"must be a non-empty string, got {v!r}",
+        "str": lambda v: None if isinstance(v, str) and v != "" else "must be a non-empty string",
+        "envname": lambda v: (
+            None
+            if isinstance(v, str) and ENV_NAME.match(v)
+            else "must be the name of an environment variable (letters, digits, _), never the secret itself"
+        ),
         "int": lambda v: None if is_int(v) else f"must be a whole number, got {v!r}",
         "str|int": lambda v: (
             None if (isinstance(v, str) and v) or is_int(v) else f"must be a name or a number, got {v!r}"
@@ -202,6 +206,8 @@ def _check(kind: Kind, value: Any) -> str | None:
     }
     if kind in checks:
         return checks[kind](value)
+    if isinstance(value, bool):
+        return "must be a number, not true or false"
     try:
         if kind == "ratio":
             parse_error_rate(value)
@@ -268,30 +274,78 @@ def _parts(dotted: str) -> tuple[str, ...]:
     return tuple(p[1:-1] if p[:1] in "\"'" else p for p in parts)
 
 
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    """Each line that starts outside a multi-line string, with its comments and the bodies of its
+    multi-line strings left out (escapes, quotes inside strings and ``#`` in them understood)."""
+    lines: list[tuple[int, str]] = []
+    state: str | None = None  # None, or the string being read: ", ', \"\"\" or \'\'\'
+    code: list[str] = []
+    number, starts_free, i, n = 1, True, 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "\n":
+            if state in ('"', "'"):
+                state = None  # (an unterminated string: tomllib has refused the file already)
+            if starts_free:
+                lines.append((number, "".join(code)))
+            number, starts_free, i = number + 1, state is None, i + 1
+            code = []
+            continue
+        if state is None:
+            if char == "#":
+                end = text.find("\n", i)
+                i = n if end == -1 else end
+                continue
+            if text.startswith('"""', i) or text.startswith("'''", i):
+                state, i = text[i : i + 3], i + 3
+                code.append("''")
+                continue
+            if char in "\"'":
+                state = char
+        elif state == '"':
+            if char == "\\":
+                code.append(text[i : i + 2])
+                i += 2
+                continue
+            if char == '"':
+                state = None
+        elif state == "'":
+            if char == "'":
+                state = None
+        else:  # a multi-line string: its body is skipped
+            if state == '"""' and char == "\\" and text[i + 1 : i + 2] != "\n":
+                i += 2
+                continue
+            if text.startswith(state, i):
+                while text.startswith(state[0], i):  # up to two quotes may end the body: \"\"\"\"\"
+                    i += 1
+                state = None
+                continue
+            i += 1
+            continue
+        code.append(char)
+        i += 1
+    if starts_free and code:
+        lines.append((number, "".join(code)))
+    return lines
+
+
 def locate(text: str) -> dict[tuple[str, ...], int]:
     """The line of every table header and ``key =`` of the file (dotted keys resolved)."""
     where: dict[tuple[str, ...], int] = {}
     table: tuple[str, ...] = ()
-    multiline: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if multiline is not None:
-            if line.count(multiline) % 2 == 1:
-                multiline = None
-            continue
-        header = _TABLE.match(line)
-        if header and not line.lstrip().startswith("[["):
+    for number, line in _code_lines(text):
+        header = _TABLE.match(line.replace("[[", "[").replace("]]", "]"))
+        if header:
             table = _parts(header.group(1))
-            where.setdefault(table, number)
+            for depth in range(1, len(table) + 1):  # [filters.e.source] declares filters.e here too
+                where.setdefault(table[:depth], number)
             continue
         key = _KEY.match(line)
         if key:
             path = (*table, *_parts(key.group(1)))
             for depth in range(len(table) + 1, len(path) + 1):
                 where.setdefault(path[:depth], number)
-            rest = line[key.end() :]
-            for quote in ('"""', "'''"):
-                if rest.count(quote) % 2 == 1:
-                    multiline = quote
     return where
 
 
@@ -400,33 +454,58 @@ def _declared(name: str, body: dict[str, Any], line: int | None) -> Declared:
     )
 
 
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")  # a filter's or profile's name: typed on command lines
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
-    """What the table of kinds cannot say: how keys go together."""
+    """What the table of kinds cannot say: how keys go together (a value of the wrong kind, which
+    the table reported, is passed over here)."""
+    from bloomctl.connection import url_has_secret
+
     found: list[tuple[tuple[str, ...], str]] = []
     version = data.get("version", FORMAT)
     if version != FORMAT:
         found.append((("version",), f"this bloomctl reads version {FORMAT} of the file, not {version!r}"))
     profiles = data.get("profiles", {}) if isinstance(data.get("profiles"), dict) else {}
     for name, body in profiles.items():
+        if not NAME.match(name):
+            found.append(
+                (("profiles", name), "a profile's name is letters, digits and _ . : - (it is typed on command lines)")
+            )
         if not isinstance(body, dict):
             continue
         url = body.get("url")
-        if isinstance(url, str) and urlsplit(url if "://" in url else f"redis://{url}").password:
+        if isinstance(url, str) and url_has_secret(url if "://" in url else f"redis://{url}"):
             found.append(
                 (("profiles", name, "url"), "the URL holds a password: put it in password_file or password_env")
             )
         if "password_file" in body and "password_env" in body:
             found.append((("profiles", name), "give password_file or password_env, not both"))
     filters = data.get("filters", {}) if isinstance(data.get("filters"), dict) else {}
-    keys: dict[str, str] = {}
+    keys: dict[tuple[str, str], str] = {}
     for name, body in filters.items():
+        if not NAME.match(name):
+            found.append(
+                (("filters", name), "a filter's name is letters, digits and _ . : - (it is typed on command lines)")
+            )
         if not isinstance(body, dict):
             continue
         found += [((("filters", name, *path)), text) for path, text in _filter_rules(body, profiles)]
-        key = body.get("key", name)
-        if key in keys:
-            found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[key]!r} too"))
-        keys.setdefault(key, name)
+        key, profile = body.get("key", name), body.get("profile", "default")
+        if not isinstance(key, str) or not isinstance(profile, str):
+            continue
+        if (profile, key) in keys:
+            found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[profile, key]!r} too"))
+        keys.setdefault((profile, key), name)
+        other = filters.get(key)
+        if key != name and isinstance(other, dict):
+            found.append(
+                (
+                    ("filters", name, "key"),
+                    f"the key {key!r} is the name of another filter: `rebuild {key}` would be ambiguous",
+                )
+            )
     return found
 
 
@@ -434,7 +513,7 @@ def _filter_rules(body: dict[str, Any], profiles: dict[str, Any]) -> list[tuple[
     found: list[tuple[tuple[str, ...], str]] = []
     kind = body.get("type", "bloom")
     profile = body.get("profile", "default")
-    if profiles and profile not in profiles:
+    if profiles and isinstance(profile, str) and profile not in profiles:
         found.append((("profile",), f"no profile {profile!r} in the file (profiles: {', '.join(profiles)})"))
     if kind == "bloom" and "error_rate" not in body:
         found.append(((), "a Bloom filter needs error_rate"))
@@ -445,10 +524,17 @@ def _filter_rules(body: dict[str, Any], profiles: dict[str, Any]) -> list[tuple[
             if name in body:
                 found.append(((name,), 'is for type = "cuckoo"'))
     if kind == "windowed":
-        window = body.get("window", {})
+        window = body.get("window", {}) if isinstance(body.get("window"), dict) else {}
         for name in ("period", "keep"):
             if name not in window:
                 found.append((("window",), f"a windowed filter needs window.{name}"))
+        if "period" in window:
+            from bloomctl.window import parse_period
+
+            try:
+                parse_period(window["period"])
+            except UsageError as exc:
+                found.append((("window", "period"), str(exc).replace("`", "")))
         if window.get("type", "bloom") == "bloom" and "error_rate" not in body:
             found.append(((), "a window of Bloom filters needs error_rate"))
         if body.get("capacity", "auto") == "auto" and "min_capacity" not in body:
@@ -574,6 +660,7 @@ def _schema_of(kind: Kind) -> dict[str, Any]:
     }
     simple: dict[str, dict[str, Any]] = {
         "str": {"type": "string", "minLength": 1},
+        "envname": {"type": "string", "pattern": ENV_NAME.pattern},
         "int": {"type": "integer"},
         "str|int": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
         "bool": {"type": "boolean"},

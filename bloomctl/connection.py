@@ -127,6 +127,11 @@ def _url_secrets(url: str) -> list[str]:
     return [rest[begin:end] for begin, end in _secret_spans(rest) if end > begin]
 
 
+def url_has_secret(url: str) -> bool:
+    """Whether the URL holds a password (before its last ``@``, or a ``password=`` in its query)."""
+    return bool(_url_secrets(url))
+
+
 def read_password_file(path: str | os.PathLike[str]) -> str:
     try:
         text = Path(path).read_text(encoding="utf-8")

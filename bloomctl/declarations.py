@@ -15,10 +15,16 @@ from typing import Any
 
 from bloomctl.config import Config, Declared, Profile, parse_duration
 from bloomctl.connection import ConnectionSettings, settings_from
+from bloomctl.defaults import PASSWORD_ENV
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.metadata import RECIPE, recipe_field
 
 SOURCE_KINDS = ("csv", "parquet", "sql")
+BACKEND_NAMES = {  # a declared backend, and the backends' own names it covers
+    "module-free": {"bitmap", "lua-cuckoo"},
+    "bitmap": {"bitmap", "lua-cuckoo"},
+    "redisbloom": {"redisbloom", "redisbloom-cuckoo"},
+}
 
 
 def settings_for(profile: Profile | None, environ: dict[str, str] | None = None, **override: Any) -> ConnectionSettings:
@@ -27,12 +33,15 @@ def settings_for(profile: Profile | None, environ: dict[str, str] | None = None,
     env = dict(os.environ if environ is None else environ)
     kwargs: dict[str, Any] = {}
     if profile is not None:
+        # a profile's password is its own: $BLOOMCTL_PASSWORD (meant for the command line's server)
+        # is never sent to the profile's server
+        env.pop(PASSWORD_ENV, None)
         if profile.password_env:
             if profile.password_env not in env:
                 raise UsageError(
                     "the profile %r takes its password from $%s, which is not set", profile.name, profile.password_env
                 )
-            env["BLOOMCTL_PASSWORD"] = env[profile.password_env]
+            env[PASSWORD_ENV] = env[profile.password_env]
         kwargs = {
             "url": profile.url,
             "password_file": profile.password_file,
@@ -49,10 +58,11 @@ def settings_for(profile: Profile | None, environ: dict[str, str] | None = None,
     return settings_from(environ=env, **{k: v for k, v in kwargs.items() if v is not None})
 
 
-def source_values(decl: Declared, environ: dict[str, str] | None = None) -> dict[str, Any]:
+def source_values(
+    decl: Declared, environ: dict[str, str] | None = None, *, db_url: str | None = None
+) -> dict[str, Any]:
     """``open_source``'s arguments for the declared source (the database URL read from the variable
-    the file names)."""
-    env = os.environ if environ is None else environ
+    the file names, unless ``db_url``, the command line's, is given)."""
     source = decl.source
     if not source:
         raise UsageError("the filter %r declares no source to rebuild from (it is fed by the application)", decl.name)
@@ -62,16 +72,24 @@ def source_values(decl: Declared, environ: dict[str, str] | None = None) -> dict
     elif "parquet" in source:
         values["parquet_path"] = source["parquet"]
     else:
-        variable = source["db_url_env"]
-        if not env.get(variable):
-            raise UsageError("the filter %r reads its database URL from $%s, which is not set", decl.name, variable)
-        values.update(sql=source["sql"], db_url=env[variable])
+        values.update(sql=source["sql"], db_url=db_url or declared_db_url(decl, environ))
     for name in ("template", "prefix", "delimiter", "encoding", "skip_bad_rows", "header"):
         if name in source:
             values[name] = source[name]
     if "column" in source:
         values["column"] = str(source["column"])
     return values
+
+
+def declared_db_url(decl: Declared, environ: dict[str, str] | None = None) -> str:
+    """The database URL of a SQL source, from the variable the file names."""
+    env = os.environ if environ is None else environ
+    variable = decl.source.get("db_url_env")
+    if not variable:
+        raise UsageError("the filter %r declares no SQL source (give `db_url`)", decl.name)
+    if not env.get(variable):
+        raise UsageError("the filter %r reads its database URL from $%s, which is not set", decl.name, variable)
+    return env[variable]
 
 
 def declared_recipe(decl: Declared) -> str | None:
@@ -211,25 +229,22 @@ def drift(decl: Declared, description: Any) -> list[Difference]:
     if kind != decl.kind:
         return [Difference("type", decl.kind, kind, False)]
     backend = state.backend
-    wanted = {
-        "module-free": {"bitmap", "lua-cuckoo"},
-        "bitmap": {"bitmap", "lua-cuckoo"},
-        "redisbloom": {"redisbloom", "redisbloom-cuckoo"},
-    }
-    if decl.backend != "auto" and backend not in wanted[decl.backend]:
+    if decl.backend != "auto" and backend not in BACKEND_NAMES[decl.backend]:
         diffs.append(Difference("backend", decl.backend, backend, False))
-    shards = getattr(description, "manifest", None)
-    found_shards = shards.shards if shards is not None else None
+    manifest = getattr(description, "manifest", None)
+    found_shards = manifest.shards if manifest is not None else None
     if decl.shards != found_shards:
         diffs.append(Difference("shards", decl.shards, found_shards, False))
-    recorded_capacity = _int(meta.get("capacity"))
-    if (
-        decl.capacity is not None
-        and shards is None
-        and recorded_capacity is not None
-        and recorded_capacity != decl.capacity
-    ):
-        diffs.append(Difference("capacity", decl.capacity, recorded_capacity, True))
+    if decl.capacity is not None and manifest is not None and decl.shards == found_shards:
+        per_shard = max(math.ceil(decl.capacity / manifest.shards), 1)  # (planner.shard_plan's split)
+        if per_shard != manifest.capacity:
+            diffs.append(Difference("capacity per shard", per_shard, manifest.capacity, True))
+    elif decl.capacity is not None and manifest is None:
+        # what bloomctl recorded when it made the filter; else (made by BF.ADD, say) what it holds
+        recorded = _int(meta.get("capacity"))
+        found = recorded if recorded is not None else getattr(state, "reserved_capacity", None)
+        if found is not None and found != decl.capacity:
+            diffs.append(Difference("capacity", decl.capacity, found, True))
     recorded_rate = _float(meta.get("error_rate"))
     if kind == "bloom" and decl.error_rate is not None and not _close(decl.error_rate, recorded_rate):
         diffs.append(Difference("error_rate", decl.error_rate, recorded_rate, True))
@@ -270,12 +285,33 @@ def window_drift(decl: Declared, spec: Any) -> list[Difference]:
         ("window.period", parse_period(decl.window["period"]), spec.period),
         ("window.keep", decl.window["keep"], spec.keep),
         ("window.type", decl.window.get("type", "bloom"), spec.kind),
+        ("capacity", decl.capacity if decl.capacity is not None else "auto", spec.capacity or "auto"),
     ):
         if want != have:
             diffs.append(Difference(name, want, have, False))
+    if decl.min_capacity is not None and decl.capacity is None and decl.min_capacity != spec.min_capacity:
+        diffs.append(Difference("min_capacity", decl.min_capacity, spec.min_capacity, False))
+    if decl.backend != "auto" and spec.backend not in BACKEND_NAMES[decl.backend]:
+        diffs.append(Difference("backend", decl.backend, spec.backend, False))
     if decl.error_rate is not None and not _close(decl.error_rate, spec.error_rate):
         diffs.append(Difference("error_rate", decl.error_rate, spec.error_rate, False))
+    if decl.nonscaling and spec.expansion is not None:
+        diffs.append(Difference("nonscaling", True, spec.expansion, False))
+    elif decl.expansion is not None and spec.expansion != decl.expansion:
+        diffs.append(Difference("expansion", decl.expansion, spec.expansion or "nonscaling", False))
     return diffs
+
+
+def drift_fix(decl: Declared, path: str, diffs: list[Difference]) -> str:
+    """What resolves these differences of the filter from its declaration."""
+    if decl.kind == "windowed":
+        return "a window keeps its settings: create it under a new name, or declare what it is"
+    if not all(d.rebuildable for d in diffs):
+        return "a rebuild cannot change this: build the filter under a new key, or declare what it is"
+    if not decl.source:
+        return "the application feeds it: reserve a new key as declared, or declare what the server has"
+    option = " --allow-recipe-change" if any(d.what == "recipe" for d in diffs) else ""
+    return f"bloomctl --config {path} rebuild {decl.name}{option}"
 
 
 def _int(text: str | None) -> int | None:

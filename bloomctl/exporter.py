@@ -77,6 +77,7 @@ class Exporter:
         names: list[str] | None = None,
         cache_seconds: float = DEFAULT_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str, str], None] | None = None,
     ) -> None:
         self.config = config
         self.decls = config.select(names)
@@ -86,6 +87,9 @@ class Exporter:
         self._lock = threading.Lock()
         self._cached: tuple[float, Collection] | None = None
         self.collections = 0  # how many times the servers were asked (the cache's effect, in tests)
+        self.log = log or (lambda _message, _level: None)  # (message, level): what went wrong, once
+        self._down: dict[str, str] = {}  # profile -> why it is down (logged when it changes)
+        self._failing: dict[str, str] = {}  # filter -> why it could not be read
 
     # prometheus_client's Collector protocol
     def describe(self) -> list[Any]:
@@ -123,14 +127,16 @@ class Exporter:
             try:
                 client, _server = self.connect(profile)
                 for decl in mine:
-                    self._filter(out, client, decl)
+                    self._guarded(out, client, decl)
             except Exception as exc:  # the server went away: up 0, no filter metrics of it
-                if not (isinstance(exc, BloomctlError) or type(exc).__module__.startswith("redis")):
+                if not _expected(exc):
                     raise
                 up = 0
-                for name in list(out.families):
-                    family = out.families[name]
+                for family in out.families.values():
                     family.samples = [s for s in family.samples if s[0].get("profile", profile) != profile]
+                self._note_down(profile, _reason(exc))
+            else:
+                self._note_down(profile, None)
             out.add(
                 "bloomctl_up",
                 "1 when the profile's server answered the last collection, else 0.",
@@ -151,15 +157,48 @@ class Exporter:
         )
         return out
 
+    def _note_down(self, profile: str, why: str | None) -> None:
+        if why is not None and self._down.get(profile) != why:
+            self.log(f"exporter: profile {profile!r} is down: {why}", "warning")
+        elif why is None and profile in self._down:
+            self.log(f"exporter: profile {profile!r} answers again", "info")
+        if why is None:
+            self._down.pop(profile, None)
+        else:
+            self._down[profile] = why
+
+    def _guarded(self, out: Collection, client: Any, decl: Declared) -> None:
+        """One filter's metrics; a command the server refuses (NOPERM, a damaged key, a library too
+        new) gives its bloomctl_filter_error 1 and leaves the other filters' alone. A server that
+        does not answer is raised: the whole profile is down."""
+        labels = {"filter": decl.name, "key": decl.key, "profile": decl.profile}
+        try:
+            self._filter(out, client, decl)
+        except Exception as exc:
+            if not _expected(exc) or _unreachable(exc):
+                raise
+            for family in out.families.values():  # nothing half-collected of it
+                family.samples = [s for s in family.samples if s[0].get("filter") != decl.name]
+            why = _reason(exc)
+            if self._failing.get(decl.name) != why:
+                self.log(f"exporter: {decl.name}: {why}", "warning")
+            self._failing[decl.name] = why
+            out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 1)
+            return
+        self._failing.pop(decl.name, None)
+        out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 0)
+
     def _filter(self, out: Collection, client: Any, decl: Declared) -> None:
         labels = {"filter": decl.name, "key": decl.key, "profile": decl.profile}
         if decl.kind == "windowed":
             self._window(out, client, decl, labels)
             return
         from bloomctl import lifecycle
+        from bloomctl.backends.library import installs_nothing
 
         try:
-            summary = summarize(lifecycle.describe(client, decl.key))
+            with installs_nothing():  # a scrape writes nothing: not even the function library
+                summary = summarize(lifecycle.describe(client, decl.key))
         except (KeyMissing, StateConflict):
             out.add("bloomctl_filter_present", "1 when the key holds the declared filter, 0 when not.", labels, 0)
             return
@@ -237,6 +276,26 @@ class Exporter:
         current = next((b for b in info.buckets if b.role == "current" and b.state is not None), None)
         if current is not None:  # the fill metrics: the current bucket's
             self._state(out, decl, current.state, labels)
+
+
+def _expected(exc: BaseException) -> bool:
+    """A server's answer (or silence) the exporter reports; anything else is a bug and raised."""
+    return isinstance(exc, BloomctlError) or type(exc).__module__.startswith("redis")
+
+
+def _unreachable(exc: BaseException) -> bool:
+    import redis
+
+    from bloomctl.errors import ExitCode
+
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError) or (
+        isinstance(exc, BloomctlError) and exc.exit_code == ExitCode.CONNECTION
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
 
 
 def serve(exporter: Exporter, host: str, port: int) -> tuple[Any, Any]:

@@ -1,8 +1,10 @@
 """When a declared filter is due: ``bloomctl rebuild --all --due`` (one crontab line for an application).
 
-A filter with a source is due when it is missing (its first build), when its last build is older
-than ``rebuild.every`` (the ``created_at`` of the active filter's metadata: when the run that built
-it started), or when its fill is above ``rebuild.when_fill_above``. A windowed filter is rotated on
+A filter with a source is due when it is missing (its first build, or a sharded filter's member),
+was never built from its source (reserved, say), when its last build is older than
+``rebuild.every`` (the ``created_at`` of the active filter's metadata, stamped as the run that
+built it began its load; met from 95% of the period, so that a daily job stays daily), or when it
+is fuller than ``rebuild.when_fill_above`` (a cuckoo filter: also when it has grown). A windowed filter is rotated on
 every run (rotation is idempotent). A filter the application feeds (no source) is never rebuilt.
 Nothing here writes to a server.
 """
@@ -17,8 +19,10 @@ from bloomctl.client import RedisClient
 from bloomctl.config import Declared
 from bloomctl.declarations import every_seconds, summarize
 from bloomctl.errors import KeyMissing, StateConflict
+from bloomctl.metadata import LOADED, RECIPE, VERIFIED
 
 REBUILD, ROTATE, SKIP = "rebuild", "rotate", "skip"
+SLACK, MAX_SLACK = 0.05, 3600.0  # `every` is met from 95% of it (at most an hour early): a daily job stays daily
 
 
 @dataclass(frozen=True)
@@ -61,30 +65,46 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
     if not decl.source:
         return Decision(decl, SKIP, "fed by the application: no source to rebuild from")
     from bloomctl import lifecycle
+    from bloomctl.backends.library import installs_nothing
 
     try:
-        summary = summarize(lifecycle.describe(client, decl.key))
+        with installs_nothing():  # deciding writes nothing
+            description = lifecycle.describe(client, decl.key)
+        summary = summarize(description)
     except KeyMissing:
         return Decision(decl, REBUILD, "missing: its first build")
     except StateConflict:  # the rebuild says what is wrong, and exits with its code
         return Decision(decl, REBUILD, "the key holds no filter")
+    members = getattr(description, "shards", None) or ()
+    if any(member is None for member in members):
+        return Decision(decl, REBUILD, "a member of the sharded filter is missing")
     if not only_due:
         return Decision(decl, REBUILD, "every filter (--all without --due)")
+    if decl.rebuild.get("swap") is False and not members and _standby_waits(client, decl.key):
+        return Decision(decl, SKIP, f"a verified standby waits for `bloomctl swap {decl.key}` (rebuild.swap = false)")
+    if not summary.metadata.get(RECIPE):
+        return Decision(decl, REBUILD, "never built from its source (no item recipe recorded)")
     moment = time.time() if now is None else now
     reasons, waits = [], []
     every = every_seconds(decl)
     if every is not None:
         made = built_at(summary.metadata)
+        slack = min(every * SLACK, MAX_SLACK)  # a build stamped a little after its run started
         if made is None:
             reasons.append("no record of when it was built")
-        elif moment - made >= every:
+        elif made > moment + MAX_SLACK:
+            reasons.append("its metadata says it was built in the future (a wrong clock)")
+        elif moment - made >= every - slack:
             reasons.append(f"built {ago(moment - made)} ago, due every {ago(every)}")
         else:
-            waits.append(f"built {ago(moment - made)} ago, due in {ago(made + every - moment)}")
+            waits.append(f"built {ago(moment - made)} ago, due in {ago(made + every - slack - moment)}")
     above = decl.rebuild.get("when_fill_above")
     if above is not None:
-        fill = summary.state.fill_ratio
-        if fill > above:
+        state = summary.state
+        fill = state.fill_ratio
+        if state.kind == "cuckoo" and state.filters > 1:  # (its load is over every sub-filter: growing lowers it)
+            reasons.append(f"grew to {state.filters} sub-filters")
+        elif fill > above:
             reasons.append(f"fill {fill:.1%} above {above:.1%}")
         else:
             waits.append(f"fill {fill:.1%} of {above:.1%}")
@@ -93,3 +113,15 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
     if not waits:
         return Decision(decl, SKIP, "no schedule declared (rebuild.every or rebuild.when_fill_above)")
     return Decision(decl, SKIP, "not due: " + "; ".join(waits))
+
+
+def _standby_waits(client: RedisClient, key: str) -> bool:
+    """Whether a verified standby is there, waiting for its swap."""
+    from bloomctl.keys import KeyFamily
+    from bloomctl.metadata import read_metadata
+
+    try:
+        state = read_metadata(client, KeyFamily.of(key).standby_meta).get("state")
+    except StateConflict:
+        return False
+    return state in (VERIFIED, LOADED) and bool(client.exists(KeyFamily.of(key).standby))

@@ -401,13 +401,20 @@ def plan_capacity(client: RedisClient, spec: WindowSpec, backend: Backend, curre
 
 
 def rotate(
-    client: RedisClient, server: ServerInfo, name: str | bytes, *, dry_run: bool = False, now: float | None = None
+    client: RedisClient,
+    server: ServerInfo,
+    name: str | bytes,
+    *,
+    dry_run: bool = False,
+    now: float | None = None,
+    remove_strays: bool = True,
 ) -> RotateReport:
     """Make the current bucket and the next ``ahead`` ones where missing (EXPIREAT set with each),
     set every bucket's EXPIREAT, and remove buckets left outside the window. Idempotent; two runs
     at once do no harm (a bucket is created once, the expiry is the same). A key at a bucket's name
     that is not the window's kind of filter is never touched: reported, and (the current or a coming
-    bucket) an error once every other bucket is done."""
+    bucket) an error once every other bucket is done. ``remove_strays`` False (``apply``, which
+    only creates) leaves buckets outside the window where they are."""
     from bloomctl.backends.library import installs_nothing
 
     spec = read_window(client, name)
@@ -420,7 +427,8 @@ def rotate(
         report = RotateReport(spec, moment, current, capacity, basis, dry_run=dry_run)
         for index in range(current - spec.keep + 1, current + spec.ahead + 1):
             report.actions.append(_bucket(client, spec, backend, the_plan, index, index >= current, dry_run))
-        report.actions += _expired(client, spec, backend, current, dry_run)
+        if remove_strays:
+            report.actions += _expired(client, spec, backend, current, dry_run)
     blocked = [a for a in report.actions if a.action == "foreign" and a.index >= current]
     if blocked:
         raise StateConflict(

@@ -370,3 +370,145 @@ def test_a_failed_creation_is_reported_and_the_others_go_on(plain, tmp_path, cli
     assert "FAILED (exit 8)" in result.stdout and "not-there.csv" in result.stdout
     client = client_of(plain)
     assert client.exists("ok") == 1 and client.exists("nosource") == 0
+
+
+# --- review findings ---------------------------------------------------------------------------
+
+
+def test_check_apply_and_the_exporter_never_load_the_function_library(plain, tmp_path, cli):
+    """Reads only: a module-free filter is read through the script cache, FUNCTION LOAD is a write."""
+    from bloomctl.config import load
+    from bloomctl.exporter import Exporter
+    from bloomctl.server import detect
+
+    path = tmp_path / "r.toml"
+    path.write_text(f'[profiles.default]\nurl = "{plain.url}"\n[filters.a]\ncapacity = 100\nerror_rate = "1%"\n')
+    assert cli("--config", str(path), "apply").exit_code == 0
+    admin = plain.client()
+    admin.execute_command("FUNCTION", "FLUSH")
+    checked = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert checked.exit_code == 0, checked.output
+    assert cli("--config", str(path), "apply", "--dry-run").exit_code == 0
+    client = client_of(plain)
+    exporter = Exporter(load(path), lambda _p: (client, detect(client)), cache_seconds=0)
+    assert list(exporter.collect())
+    assert admin.execute_command("FUNCTION", "LIST") == []
+
+
+def test_a_filter_that_cannot_be_read_hides_no_other_result(plain, tmp_path, cli):
+    """A command the server refuses (NOPERM here) is an error of that filter's `read`, not of the
+    connection; the other filters and the other profile are still checked."""
+    admin = plain.client()
+    assert cli("--url", plain.url, "reserve", "a", "-c", "100", "-e", "1%").exit_code == 0
+    admin.execute_command("ACL", "SETUSER", "limited", "reset", "on", ">limited-pw", "~*", "+@all", "-type")
+    try:
+        path = tmp_path / "acl.toml"
+        path.write_text(
+            f'[profiles.limited]\nurl = "redis://limited@127.0.0.1:{plain.port}/0"\npassword_env = "LIMITED_PW"\n'
+            f'[profiles.admin]\nurl = "{plain.url}"\n'
+            '[filters.lim]\nkey = "a"\nprofile = "limited"\ncapacity = 100\nerror_rate = "1%"\n'
+            '[filters.b]\nkey = "a"\nprofile = "admin"\ncapacity = 100\nerror_rate = "1%"\n'
+            '[filters.gone]\nprofile = "admin"\ncapacity = 100\nerror_rate = "1%"\n'
+        )
+        result = cli(
+            "--config", str(path), "check", "--format", "json", "--no-server-checks", env={"LIMITED_PW": "limited-pw"}
+        )
+        found = {(r["subject"], r["check"]): r for r in json.loads(result.stdout)["results"]}
+        assert (
+            found[("lim", "read")]["status"] == "error"
+            and "no permissions to run the 'type'" in found[("lim", "read")]["message"]
+        )
+        assert found[("b", "exists")]["status"] == "ok" and found[("gone", "exists")]["status"] == "fail"
+        assert result.exit_code == 3 and "limited-pw" not in result.output
+    finally:
+        admin.execute_command("ACL", "DELUSER", "limited")
+
+
+def test_apply_goes_on_past_a_profile_that_does_not_answer(plain, tmp_path, cli):
+    path = tmp_path / "two.toml"
+    path.write_text(
+        f'[profiles.gone]\nurl = "redis://127.0.0.1:{free_port()}/0"\nconnect_timeout = 0.5\n'
+        f'[profiles.main]\nurl = "{plain.url}"\n'
+        '[filters.away]\nprofile = "gone"\ncapacity = 10\nerror_rate = "1%"\n'
+        '[filters.here]\nprofile = "main"\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    result = cli("--config", str(path), "apply")
+    assert result.exit_code == 3, result.output
+    assert re.search(r"^! away +error: profile 'gone'", result.stdout, re.M)
+    assert client_of(plain).exists("here") == 1
+
+
+def test_drift_without_metadata_sharded_and_windows(plain, tmp_path, cli):
+    from bloomctl.keys import KeyFamily
+
+    assert cli("--url", plain.url, "reserve", "bare", "-c", "100", "-e", "1%").exit_code == 0
+    client_of(plain).delete(KeyFamily.of("bare").meta)  # as if made by another tool
+    assert cli("--url", plain.url, "reserve", "big", "-c", "3000", "-e", "1%", "--shards", "3").exit_code == 0
+    assert cli("--url", plain.url, "window", "create", "w", "--period", "1d", "--keep", "2", "-c", "1000", "-e", "1%",
+               "--backend", "bitmap").exit_code == 0  # fmt: skip
+    path = tmp_path / "d.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.bare]\ncapacity = 5000\nerror_rate = "1%"\n'
+        '[filters.big]\ncapacity = 99999\nerror_rate = "1%"\nshards = 3\n'
+        '[filters.w]\ntype = "windowed"\ncapacity = 50000\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n'
+    )
+    result = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    by = {(r["subject"], r["check"]): r for r in json.loads(result.stdout)["results"]}
+    assert "capacity: declared 5,000, found 100" in by[("bare", "parameters")]["message"]
+    assert "the application feeds it" in by[("bare", "parameters")]["fix"]  # (no source: a rebuild cannot help)
+    assert "capacity per shard: declared 33,333, found 1,000" in by[("big", "parameters")]["message"]
+    assert "capacity: declared 50,000, found 1,000" in by[("w", "parameters")]["message"]
+    plan = cli("--config", str(path), "apply", "--dry-run")
+    assert plan.stdout.count("~ ") == 3, plan.stdout
+
+
+def test_apply_never_removes_a_window_bucket(plain, tmp_path, cli):
+    path = tmp_path / "w.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.w]\ntype = "windowed"\ncapacity = 100\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n'
+    )
+    assert cli("--config", str(path), "apply").exit_code == 0
+    client = client_of(plain)
+    current = sorted(client.scan_iter("{w}:*"))[0]
+    stray = b"{w}:2020-01-01"
+    client.copy(current, stray)
+    client.persist(stray)
+    client.delete(sorted(client.scan_iter("{w}:*"))[-1])  # a coming bucket gone: apply makes it
+    assert "bucket(s) to make" in cli("--config", str(path), "apply", "--dry-run").stdout
+    assert cli("--config", str(path), "apply").exit_code == 0
+    assert client.exists(stray) == 1  # old buckets are `window rotate`'s to remove
+
+
+def test_junit_stays_valid_xml_with_control_characters(plain, tmp_path, cli):
+    etree = pytest.importorskip("lxml.etree")
+    path = tmp_path / "x.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n[filters.odd]\nkey = "k\\u0001ey"\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    result = cli("--config", str(path), "check", "--format", "junit", "--no-server-checks")
+    assert result.exit_code == 5
+    document = etree.fromstring(result.stdout.encode())
+    assert etree.XMLSchema(etree.parse(str(XSD))).validate(document)
+    assert "k\\x01ey" in result.stdout
+
+
+def test_apply_refuses_in_its_plan_what_it_cannot_create(plain, tmp_path, cli):
+    path = tmp_path / "i.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.grows]\ncapacity = 10\nerror_rate = "1%"\nexpansion = 2\nbackend = "bitmap"\n'
+        '[filters.ok]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    result = cli("--config", str(path), "apply", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert re.search(r"^! grows +invalid: missing, and cannot be created as declared: ", result.stdout, re.M)
+    assert re.search(r"^\+ ok +create", result.stdout, re.M)
+
+
+def test_bloomctl_password_is_not_sent_to_a_profile_server(plain, tmp_path, cli):
+    path = tmp_path / "p.toml"
+    path.write_text(f'[profiles.default]\nurl = "{plain.url}"\n[filters.a]\ncapacity = 10\nerror_rate = "1%"\n')
+    result = cli("--config", str(path), "apply", env={"BLOOMCTL_PASSWORD": "meant-for-another-server"})
+    assert result.exit_code == 0, result.output  # (AUTH with it would fail: this server has no password)

@@ -297,3 +297,99 @@ def test_the_spec_covers_every_key_of_the_docs():
     assert missing == []
     shown = page.split("```toml\n", 1)[1].split("```", 1)[0]
     assert shown == EXAMPLE.read_text()
+
+
+# --- review findings ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://h:6379/0?password=hunter2", "unix:///run/redis.sock?password=hunter2", "redis://u:hun/ter2@h"],
+)
+def test_a_password_anywhere_in_the_url_is_refused_and_never_echoed(tmp_path, url):
+    found = problems(tmp_path, f'[profiles.default]\nurl = "{url}"\n')
+    assert any("the URL holds a password" in text for _line, text in found)
+    assert not any("hunter2" in text or "ter2" in text for _line, text in found)
+
+
+@pytest.mark.parametrize("name", ["password_env", "db_url_env"])
+def test_a_secret_put_where_a_variable_name_goes_is_refused_and_never_echoed(tmp_path, name):
+    secret = "postgresql://app:Sup3rSecret@db/app" if name == "db_url_env" else "s3cret Passw0rd"
+    body = (
+        f'[profiles.default]\nurl = "redis://h"\npassword_env = "{secret}"\n'
+        if name == "password_env"
+        else f'[filters.a]\ncapacity = 1\nerror_rate = "1%"\nsource.sql = "SELECT 1"\nsource.db_url_env = "{secret}"\n'
+    )
+    found = problems(tmp_path, body)
+    assert any("the name of an environment variable" in text for _line, text in found)
+    assert not any("Sup3rSecret" in text or "Passw0rd" in text for _line, text in found)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["key = [1]", "key = {a=1}", "profile = [1]", 'window = "x"', "window = 1", "source = 1", "thresholds = 3",
+     'rebuild = "x"', 'thresholds.warn = "x"', "capacity = true"],
+)  # fmt: skip
+def test_values_of_the_wrong_kind_are_problems_not_tracebacks(tmp_path, cli, line):
+    path = write(
+        tmp_path,
+        f'[profiles.default]\nurl = "redis://[bad"\n[filters.f]\ntype = "windowed"\ncapacity = 1\nerror_rate = "1%"\n{line}\n',
+    )
+    result = cli("config", "validate", str(path))
+    assert result.exit_code == 2 and "problem(s)" in result.stderr and "Traceback" not in result.output
+
+
+def test_line_numbers_survive_strings_and_comments():
+    text = """\
+[filters.a]
+capacity = 10 # wrap long SQL in \"\"\"
+error_rate = "1%"
+source.sql = \"\"\"SELECT \\\"\"\" id
+  FROM t\"\"\"
+source.db_url_env = "X"
+
+[filters.b]
+x = '''SELECT \"\"\" '''
+bogus = 1
+
+[filters.e.source]
+csv = "a#b.csv"
+"quoted.key" = 1
+[[filters.arr]]
+y = 1
+"""
+    tomllib.loads(text)  # (valid TOML)
+    where = config.locate(text)
+    assert where[("filters", "a", "error_rate")] == 3 and where[("filters", "a", "source", "db_url_env")] == 6
+    assert where[("filters", "b")] == 8 and where[("filters", "b", "bogus")] == 10
+    assert where[("filters", "e")] == 12 and where[("filters", "e", "source", "quoted.key")] == 14
+    assert where[("filters", "arr")] == 15
+
+
+def test_names_and_keys_that_would_be_ambiguous(tmp_path):
+    found = problems(
+        tmp_path,
+        '[profiles.default]\nurl = "redis://h"\n[profiles.other]\nurl = "redis://o"\n'
+        '[filters."server default"]\ncapacity = 1\nerror_rate = "1%"\n'
+        '[filters.a]\nkey = "b"\ncapacity = 1\nerror_rate = "1%"\n'
+        '[filters.b]\nkey = "x"\ncapacity = 1\nerror_rate = "1%"\n'
+        '[filters.c]\nkey = "x"\nprofile = "other"\ncapacity = 1\nerror_rate = "1%"\n',
+    )
+    texts = [text for _line, text in found]
+    assert any("a filter's name is letters, digits" in t for t in texts)
+    assert any("the key 'b' is the name of another filter" in t for t in texts)
+    assert not any("declared by" in t for t in texts)  # one key on two servers is two filters
+
+
+def test_a_window_period_is_checked_by_validate(tmp_path):
+    found = problems(
+        tmp_path,
+        '[filters.w]\ntype = "windowed"\ncapacity = 1\nerror_rate = "1%"\nwindow.period = "daily"\nwindow.keep = 2\n',
+    )
+    assert any("window.period" in text for _line, text in found)
+
+
+def test_bloomctl_password_is_never_sent_to_a_profile(tmp_path):
+    loaded = load(write(tmp_path, '[profiles.default]\nurl = "redis://h:1/0"\n'))
+    settings = settings_for(loaded.profiles["default"], {"BLOOMCTL_PASSWORD": "for-another-server"})
+    assert settings.password is None

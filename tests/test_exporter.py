@@ -217,3 +217,30 @@ def test_the_exporter_refuses_a_bad_listen_address(cli, plain, tmp_path):
         taken.listen()
         busy = cli("--config", str(path), "exporter", "--listen", f"127.0.0.1:{taken.getsockname()[1]}")
     assert busy.exit_code == 2 and "cannot listen on 127.0.0.1:" in busy.stderr
+
+
+def test_a_filter_that_cannot_be_read_is_its_own_error_not_the_profiles(plain, tmp_path, cli):
+    """NOPERM on one filter: bloomctl_filter_error 1 for it, the others reported, bloomctl_up 1, and
+    the reason logged once."""
+    path = write_config(tmp_path, plain.url)
+    assert cli("--config", str(path), "apply", "orders").exit_code == 0
+    admin = plain.client()
+    admin.execute_command(
+        "ACL", "SETUSER", "nogetrange", "reset", "on", ">pw", "~*", "+@all", "-evalsha", "-fcall_ro", "-getrange"
+    )
+    logged = []
+    try:
+        limited = f"redis://nogetrange:pw@127.0.0.1:{plain.port}/0"
+        exporter = Exporter(
+            load(path), connector(limited), cache_seconds=0, log=lambda m, level: logged.append((level, m))
+        )
+        found = scrape(exporter)
+        scrape(exporter)
+    finally:
+        admin.execute_command("ACL", "DELUSER", "nogetrange")
+    assert value(found, "bloomctl_up", profile="default") == 1
+    assert value(found, "bloomctl_filter_error", filter="orders") == 1
+    assert value(found, "bloomctl_items", filter="orders") is None
+    assert value(found, "bloomctl_filter_present", filter="users") == 0  # (missing: TYPE says so)
+    assert value(found, "bloomctl_filter_error", filter="users") == 0
+    assert len([m for level, m in logged if "orders" in m]) == 1 and logged[0][0] == "warning"

@@ -198,11 +198,12 @@ def test_two_rebuilds_at_once_exactly_one_wins(target, tmp_path):
     server = detect(target.client)
     results: list[object] = []
     gate = threading.Barrier(2)
+    one_done = threading.Event()  # the winner's load waits for the loser's answer: no race on a busy machine
 
     class SlowSource(CsvSource):
         def batches(self, size):
             for batch in super().batches(size):
-                time.sleep(0.05)
+                one_done.wait(10)
                 yield batch
 
     def run():
@@ -214,6 +215,8 @@ def test_two_rebuilds_at_once_exactly_one_wins(target, tmp_path):
             results.append(rebuild(target.client, server, "users", SlowSource(path), options))
         except LockHeld as exc:
             results.append(exc)
+        finally:
+            one_done.set()
 
     threads = [threading.Thread(target=run) for _ in range(2)]
     for thread in threads:

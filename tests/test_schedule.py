@@ -158,7 +158,9 @@ def test_rebuild_all_due(plain, tmp_path, cli):
     second = cli("--config", str(path), "rebuild", "--all", "--due")
     assert second.exit_code == 0, second.output
     lines = {line.split()[0]: line for line in second.stdout.splitlines() if line and not line.startswith("\n")}
-    assert "skipped" in lines["daily"] and "not due: built" in lines["daily"] and "due in 59m" in lines["daily"]
+    assert (
+        "skipped" in lines["daily"] and "not due: built" in lines["daily"] and "due in 56m" in lines["daily"]
+    )  # (every 1h: met from 57m)
     assert "not due: fill 50.0% of 60.0%" in lines["filling"]
     assert "no schedule declared" in lines["unscheduled"]
     assert "rebuilt" in lines["broken"] and "missing: its first build" in second.stderr
@@ -399,3 +401,175 @@ def test_the_operations_page_crontab_line_and_cronjob_run(protected, shop_db, tm
     )
     assert ran.returncode == 0, ran.stderr
     assert "skipped" in ran.stdout and "0 failed (exit 0)" in ran.stdout
+
+
+# --- review findings ---------------------------------------------------------------------------
+
+
+def snapshot(server) -> dict[bytes, bytes]:
+    client = client_of(server)
+    return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
+
+
+def test_rebuild_all_takes_the_command_lines_options_and_refuses_each_filters_own(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 30)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.one]\ncapacity = 100\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.swap = false\n'
+        '[filters.w]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n',
+    )
+    before = snapshot(plain)
+    dry = cli("--config", str(path), "rebuild", "--all", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert snapshot(plain) == before  # nothing written: no filter, no window
+    swapped = cli("--config", str(path), "rebuild", "--all", "--swap", "--format", "json")
+    assert swapped.exit_code == 0 and client_of(plain).exists("one") == 1  # --swap wins over rebuild.swap = false
+    for flag in (["--capacity", "5000"], ["--prefix", "user:"], ["--column", "id"], ["--allow-recipe-change"]):
+        refused = cli("--config", str(path), "rebuild", "--all", *flag)
+        assert refused.exit_code == 2 and "each filter's own" in refused.stderr, (flag, refused.stderr)
+    client_of(plain).set(KeyFamily.of("one").lock, "another run", px=60_000)
+    waited = time.monotonic()
+    held = cli("--config", str(path), "rebuild", "--all", "--lock-wait", "1")
+    assert held.exit_code == 6 and time.monotonic() - waited >= 1  # --lock-wait reached the rebuild
+
+
+def test_the_metrics_file_keeps_what_this_run_did_not_touch(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 10)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.one]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.every = "1d"\n'
+        '[filters.two]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.every = "1d"\n',
+    )
+    metrics = tmp_path / "m.prom"
+    assert cli("--config", str(path), "rebuild", "--all", "--due", "--metrics-file", str(metrics)).exit_code == 0
+    first = metrics.read_text()
+    nothing_due = cli("--config", str(path), "rebuild", "--all", "--due", "--metrics-file", str(metrics))
+    assert nothing_due.exit_code == 0 and "2 skipped" in nothing_due.stdout
+    kept = metrics.read_text()
+    for key in ("one", "two"):
+        for name in ("bloomctl_rebuild_exit_code", "bloomctl_last_success_timestamp_seconds"):
+            line = next(line for line in first.splitlines() if line.startswith(name) and f'key="{key}"' in line)
+            assert line in kept, (name, key)
+    assert "bloomctl_rebuild_all_exit_code 0.0" in kept
+    path.write_text("version = 2\n")  # a broken file: the run's code lands in the file, the rest stays
+    broken = cli("--config", str(path), "rebuild", "--all", "--due", "--metrics-file", str(metrics))
+    assert broken.exit_code == 2
+    after = metrics.read_text()
+    assert "bloomctl_rebuild_all_exit_code 2.0" in after and 'bloomctl_rebuild_exit_code{key="one"} 0.0' in after
+
+
+def test_a_source_on_the_command_line_keeps_its_old_meaning(plain, tmp_path, cli, monkeypatch):
+    """A bloomctl.toml in the directory (or $BLOOMCTL_CONFIG) never changes what `rebuild KEY
+    --from-...` does; with --config given, the declaration's key and profile are used, and the new
+    filter is swapped in only with --swap."""
+    items_csv(tmp_path / "u.csv", 20)
+    monkeypatch.chdir(tmp_path)
+    config(tmp_path, plain, '[filters.users]\nkey = "app:{users}"\ncapacity = 100\nerror_rate = "1%"\n')
+    plain_run = cli(
+        "--url", plain.url, "rebuild", "users", "--from-csv", "u.csv", "-c", "40", "-e", "1%", "--format", "json"
+    )
+    assert plain_run.exit_code == 0, plain_run.output
+    assert json.loads(plain_run.stdout)["key"] == "users" and json.loads(plain_run.stdout)["swapped"] is False
+    (tmp_path / "bloomctl.toml").write_text("version = 2\n")  # an invalid file there does not block it
+    again = cli("--url", plain.url, "rebuild", "users", "--from-csv", "u.csv", "-c", "40", "-e", "1%", "--swap")
+    assert again.exit_code == 0, again.output
+    declared = config(tmp_path, plain, '[filters.fed]\nkey = "app:{fed}"\ncapacity = 100\nerror_rate = "1%"\n')
+    fed = cli("--config", str(declared), "rebuild", "fed", "--from-csv", "u.csv", "--format", "json")
+    assert fed.exit_code == 0, fed.output
+    report = json.loads(fed.stdout)
+    assert report["key"] == "app:{fed}" and report["swapped"] is False  # an application-fed filter: only with --swap
+
+
+def test_the_declared_database_and_the_command_lines(plain, pg_engine, tmp_path, cli):
+    import sqlalchemy
+
+    with pg_engine.begin() as conn:
+        conn.execute(sqlalchemy.text("DROP TABLE IF EXISTS sched_items"))
+        conn.execute(sqlalchemy.text("CREATE TABLE sched_items AS SELECT g AS id FROM generate_series(1, 40) g"))
+    url = pg_engine.url.render_as_string(hide_password=False)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.pg]\ncapacity = 100\nerror_rate = "1%"\nsource.sql = "SELECT id FROM sched_items"\n'
+        'source.db_url_env = "SCHED_DB_URL"\n',
+    )
+    given = cli("--config", str(path), "rebuild", "pg", "--db-url", url, env={"SCHED_DB_URL": None})
+    assert given.exit_code == 0, given.output  # the command line's URL: the declared variable is not needed
+    query = cli(
+        "--config", str(path), "rebuild", "pg", "--from-sql", "SELECT id FROM sched_items WHERE id <= 40", "--swap",
+        "--allow-recipe-change", env={"SCHED_DB_URL": url},
+    )  # fmt: skip
+    assert query.exit_code == 0, query.output  # the command line's query, on the declared database
+    with pg_engine.begin() as conn:
+        conn.execute(sqlalchemy.text("DROP TABLE sched_items"))
+
+
+def test_when_a_filter_is_due(plain, tmp_path, cli):
+    from bloomctl.config import load
+    from bloomctl.schedule import REBUILD, SKIP, decide
+
+    items_csv(tmp_path / "a.csv", 10)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.daily]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.every = "24h"\n'
+        '[filters.reserved]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.every = "24h"\n'
+        '[filters.big]\ncapacity = 300\nerror_rate = "1%"\nshards = 3\nsource.csv = "a.csv"\nrebuild.every = "24h"\n',
+    )
+    for name in ("daily", "big"):
+        assert cli("--config", str(path), "rebuild", name).exit_code == 0
+    assert cli("--url", plain.url, "reserve", "reserved", "-c", "50", "-e", "1%").exit_code == 0
+    decls = load(path).filters
+    client = client_of(plain)
+    built = client.hget(KeyFamily.of("daily").meta, "created_at").decode()
+    from bloomctl.schedule import built_at
+
+    made = built_at({"created_at": built})
+    assert (
+        decide(client, decls["daily"], now=made + 23 * 3600 - 60).action == SKIP
+    )  # (met from 23h: an hour early at most)
+    assert decide(client, decls["daily"], now=made + 24 * 3600 - 60).action == REBUILD  # a daily job stays daily
+    client.hset(KeyFamily.of("daily").meta, "created_at", "2099-01-01T00:00:00Z")
+    assert "in the future" in decide(client, decls["daily"]).reason
+    assert decide(client, decls["reserved"]).reason == "never built from its source (no item recipe recorded)"
+    from bloomctl.manifest import read_manifest
+
+    assert decide(client, decls["big"]).action == SKIP
+    client.delete(read_manifest(client, "big").members[1])
+    assert decide(client, decls["big"]).reason == "a member of the sharded filter is missing"
+
+
+@pytest.mark.redisbloom
+def test_a_cuckoo_filter_that_grew_is_due(bloom, tmp_path, cli):
+    """A cuckoo filter's load is over all its sub-filters: growing lowers it. Grown is due."""
+    from bloomctl.config import load
+    from bloomctl.schedule import SKIP, decide
+
+    items_csv(tmp_path / "a.csv", 10)
+    path = config(
+        tmp_path,
+        bloom,
+        '[filters.cf]\ntype = "cuckoo"\ncapacity = 64\nexpansion = 1\nsource.csv = "a.csv"\nrebuild.when_fill_above = 0.9\n',
+    )
+    assert cli("--config", str(path), "rebuild", "cf").exit_code == 0
+    client = client_of(bloom)
+    decl = load(path).filters["cf"]
+    assert decide(client, decl).action == SKIP
+    backend = backends.for_key(client, b"cf")
+    backend.madd(client, b"cf", [f"more{i}".encode() for i in range(200)])
+    assert backend.info(client, b"cf").filters > 1
+    assert decide(client, decl).reason.startswith("grew to ")
+
+
+def test_apply_swaps_in_a_first_build_even_with_rebuild_swap_false(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 10)
+    path = config(
+        tmp_path, plain, '[filters.one]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.swap = false\n'
+    )
+    assert cli("--config", str(path), "apply").exit_code == 0
+    assert card(client_of(plain), "one") == 10
+    assert cli("--config", str(path), "rebuild", "one").exit_code == 0  # a standby waits for its swap
+    due = cli("--config", str(path), "rebuild", "--all", "--due")
+    assert "a verified standby waits for `bloomctl swap one` (rebuild.swap = false)" in due.stdout

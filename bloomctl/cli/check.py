@@ -9,7 +9,7 @@ import click
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.output import current
-from bloomctl.cli.render import emit_json
+from bloomctl.cli.render import emit_json, to_flags
 from bloomctl.errors import ExitCode
 
 
@@ -76,7 +76,7 @@ def check_command(
         raise click.exceptions.Exit(code)
 
 
-SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "conflict": "!"}
+SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "conflict": "!", "invalid": "!", "error": "!"}
 
 
 @click.command("apply")
@@ -100,26 +100,32 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
       bloomctl --config deploy/bloomctl.toml apply
       bloomctl apply dedupe
     """
-    from bloomctl.apply import CONFLICT, CREATE, ROTATE, change_for
+    from bloomctl.apply import CONFLICT, CREATE, ERROR, INVALID, ROTATE, Change, change_for
+    from bloomctl.check import error_code, reason
 
     config = app.config
     decls = config.select(list(names))
-    changes = []
+    changes, codes = [], {}
     for decl in decls:
-        client, server = app.connect_profile(decl.profile)
-        changes.append(change_for(client, server, decl, config.path))
+        try:
+            client, server = app.connect_profile(decl.profile)
+            changes.append(change_for(client, server, decl, config.path))
+        except Exception as exc:  # this profile's server did not answer: the other filters are still planned
+            codes[decl.name] = error_code(exc)
+            changes.append(Change(decl, ERROR, f"profile {decl.profile!r}: {reason(exc)}"))
     outcomes: dict[str, dict[str, Any]] = {}
-    code = ExitCode.OK
     if not dry_run:
         for change in changes:
-            if change.action not in (CREATE, ROTATE):
-                continue
-            outcome = _carry_out(app, change)
-            outcomes[change.decl.name] = outcome
-            if outcome["exit_code"] and code == ExitCode.OK:
-                code = outcome["exit_code"]
-    if any(c.action == CONFLICT for c in changes) and code == ExitCode.OK:
-        code = ExitCode.CONFLICT
+            if change.action in (CREATE, ROTATE):
+                outcomes[change.decl.name] = outcome = _carry_out(app, change)
+                codes[change.decl.name] = outcome["exit_code"]
+    for change in changes:
+        if change.action == CONFLICT:
+            codes[change.decl.name] = ExitCode.CONFLICT
+        elif change.action == INVALID:
+            codes[change.decl.name] = ExitCode.USAGE
+    # the first problem's code, in the file's order
+    code = next((codes[c.decl.name] for c in changes if codes.get(c.decl.name)), ExitCode.OK)
     if output_format == "json":
         emit_json(
             {
@@ -158,11 +164,17 @@ def _carry_out(app: AppContext, change: Any) -> dict[str, Any]:
         else:
             from bloomctl.cli.rebuild import run_declared
 
-            rebuilt = run_declared(app, decl, {})
+            rebuilt = run_declared(
+                app, decl, {"swap": True}
+            )  # (its first build: swapped in, whatever rebuild.swap says)
             done = f"built from its source: {rebuilt.source.items:,} items, swapped in"
     except BloomctlError as exc:
-        current().log(f"apply: {decl.name}: {exc}", {"filter": decl.name}, level="error")
-        return {"done": False, "error": str(exc), "exit_code": int(exc.exit_code)}
+        message = to_flags(str(exc))
+        current().log(f"apply: {decl.name}: {message}", {"filter": decl.name}, level="error")
+        return {"done": False, "error": message, "exit_code": int(exc.exit_code)}
+    except click.ClickException as exc:
+        current().log(f"apply: {decl.name}: {exc.format_message()}", {"filter": decl.name}, level="error")
+        return {"done": False, "error": exc.format_message(), "exit_code": int(exc.exit_code)}
     except Exception as exc:
         if not type(exc).__module__.startswith("redis"):
             raise
@@ -189,10 +201,10 @@ def _render_plan(changes: list[Any], outcomes: dict[str, dict[str, Any]], dry_ru
             click.echo(f"  {'':<{width}}  -> {verdict}")
     wanted = sum(c.action in ("create", "rotate") for c in changes)
     drifted = sum(c.action == "drift" for c in changes)
-    conflicts = sum(c.action == "conflict" for c in changes)
+    conflicts = sum(c.action in ("conflict", "invalid", "error") for c in changes)
     if dry_run:
         head = f"dry run: {wanted} to create, nothing changed"
     else:
         done = sum(1 for o in outcomes.values() if o["done"])
         head = f"{done} of {wanted} created"
-    click.echo(f"\n{head}; {drifted} drifted (apply changes no live filter); {conflicts} conflict(s)")
+    click.echo(f"\n{head}; {drifted} drifted (apply changes no live filter); {conflicts} cannot be applied")

@@ -69,7 +69,13 @@ def exporter_command(
     from bloomctl.exporter import Exporter, serve
 
     config = app.config
-    exporter = Exporter(config, _connector(app, scrape_timeout), names=list(names), cache_seconds=cache_seconds)
+    exporter = Exporter(
+        config,
+        _connector(app, scrape_timeout),
+        names=list(names),
+        cache_seconds=cache_seconds,
+        log=lambda message, level: app.output.log(message, level=level),
+    )
     host, port = listen
     try:
         server, thread = serve(exporter, host, port)

@@ -21,7 +21,7 @@ from bloomctl.cli.options import (
     swap_guard_options,
 )
 from bloomctl.cli.output import Output, current
-from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
+from bloomctl.cli.render import emit_json, fmt_rate, human_bytes, to_flags
 from bloomctl.defaults import (
     AUTO,
     BITMAP_BATCH_SIZE,
@@ -120,6 +120,29 @@ SOURCE_OPTIONS = (
     "prefix",
     "skip_bad_rows",
 )
+
+
+SOURCE_FLAGS = {"csv_path", "parquet_path", "sql"}
+# what `rebuild --all` takes from the command line for every filter; the rest is each filter's own
+ALL_OPTIONS = {
+    "dry_run",
+    "force",
+    "swap",
+    "keep_old",
+    "min_ratio",
+    "allow_shrink",
+    "lock_wait",
+    "build",
+    "jobs",
+    "client_memory",
+    "batch_size",
+    "max_rate",
+    "window",
+    "verify_sample",
+    "verify_mode",
+    "catchup_skew",
+    "skip_bad_rows",
+}
 
 
 def source_options(f: Any) -> Any:
@@ -410,18 +433,24 @@ def rebuild_command(
             raise click.UsageError("--due goes with --all: rebuild --all --due")
         if key is not None:
             raise click.UsageError("give a filter KEY or --all, not both")
-        named = sorted(set(explicit) & {"csv_path", "parquet_path", "sql"})
-        if named:
+        per_filter = sorted(set(explicit) - ALL_OPTIONS)
+        if per_filter:
+            flags = ", ".join("--" + name.replace("_", "-") for name in per_filter)
             raise click.UsageError(
-                "--all rebuilds each filter from the source its declaration names: leave out --from-*"
+                f"{flags}: each filter's own (its source, recipe and parameters are in the file): "
+                "give it with `rebuild NAME`, or in the file"
             )
         rebuild_all(app, due, explicit, output_format, metrics_file)
         return
     if key is None:
         raise click.UsageError("give the filter KEY (or its name in the config file), or --all")
+    # With a source on the command line, the file counts only when --config itself was given: a
+    # bloomctl.toml in the directory (or $BLOOMCTL_CONFIG) never changes what such a command does.
+    named_source = bool(set(explicit) & SOURCE_FLAGS)
+    given = ctx.find_root().get_parameter_source("config") == click.core.ParameterSource.COMMANDLINE
     run = Run(key)
     try:
-        decl = declared(app, key)
+        decl = declared(app, key) if given or not named_source else None
         if decl is None:
             client, server = app.client, app.server
             source_values = {name: options.pop(name) for name in SOURCE_OPTIONS}
@@ -439,7 +468,7 @@ def rebuild_command(
         raise
     finally:
         if metrics_file:
-            write_metrics_safely(metrics_file, [run])
+            write_metrics_safely(metrics_file, [run] if run.code is not None else [])
     render_report(report, output_format)
 
 
@@ -499,7 +528,7 @@ def run_one(
             progress=reporter.progress,
         )
     except BaseException as exc:
-        run.code, run.items, run.detail = exit_code_of(exc), reporter.done, str(exc)
+        run.code, run.items, run.detail = exit_code_of(exc), reporter.done, _message(exc)
         raise
     finally:
         reporter.close()
@@ -522,18 +551,23 @@ def declared_inputs(
     decl: Any, options: dict[str, Any], explicit: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The source and the options of a declared filter's rebuild: the declaration's, and over them
-    what the command line gave (a --from-* there replaces the declared source)."""
-    from bloomctl.declarations import rebuild_values, source_values
+    what the command line gave. A --from-* there replaces the declared source, and then the new
+    filter is swapped in only with --swap (it may not hold what the application added)."""
+    from bloomctl.declarations import declared_db_url, rebuild_values, source_values
 
     if decl.kind == "windowed":
         raise click.UsageError(
             f"{decl.name!r} is a windowed filter: it is rotated, not rebuilt (bloomctl window rotate {decl.key})"
         )
-    options = dict(options)
+    options = {**options, **{name: value for name, value in explicit.items() if name in options}}
     source = {name: options.pop(name) for name in SOURCE_OPTIONS}
     source["header"] = not options.pop("no_header")
-    if not set(explicit) & {"csv_path", "parquet_path", "sql"}:
-        given = source_values(decl)
+    named_source = bool(set(explicit) & SOURCE_FLAGS)
+    if named_source:
+        if source.get("sql") and "db_url" not in explicit and "db_url_env" in decl.source:
+            source["db_url"] = declared_db_url(decl)  # the declared database, for the command line's query
+    else:
+        given = source_values(decl, db_url=explicit.get("db_url"))
         for name in ("csv_path", "parquet_path", "sql"):
             source[name] = given.get(name)
         for name, value in given.items():
@@ -541,8 +575,9 @@ def declared_inputs(
             if flag not in explicit:
                 source[name] = value
     for name, value in rebuild_values(decl).items():
-        if name not in explicit:
-            options[name] = value
+        if name in explicit or (name == "swap" and named_source):
+            continue
+        options[name] = value
     return source, options
 
 
@@ -554,10 +589,12 @@ def rebuild_all(
     from bloomctl.cli.metrics import exit_code_of
     from bloomctl.errors import BloomctlError
 
-    config = app.config
-    defaults = option_defaults()
     runs: list[Run] = []
+    outcome: int | None = None  # the whole run's code, for the metrics file
     try:
+        config = app.config
+        values = {**option_defaults(), **explicit}
+        dry_run = bool(values.get("dry_run"))
         for decl in config.filters.values():
             run = Run(decl.key, decl.name)
             runs.append(run)
@@ -574,41 +611,54 @@ def rebuild_all(
                     {"filter": decl.name, "action": decision.action},
                 )
                 if decision.action == schedule.ROTATE:
-                    _rotate(client, server, decl, run)
+                    _rotate(client, server, decl, run, dry_run)
                     continue
-                source_values, options = declared_inputs(decl, defaults, explicit)
+                source_values, options = declared_inputs(decl, values, explicit)
                 run_one(app, client, server, decl.key, source_values, options, run)
-            except (BloomctlError, click.UsageError) as exc:
-                run.code = exit_code_of(exc) if isinstance(exc, BloomctlError) else int(ExitCode.USAGE)
-                run.detail = str(exc.format_message() if isinstance(exc, click.UsageError) else exc)
+            except (BloomctlError, click.ClickException) as exc:
+                run.code, run.detail = exit_code_of(exc), _message(exc)
                 app.output.log(
                     f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
                 )
             except Exception as exc:
                 if not type(exc).__module__.startswith("redis"):
                     raise
-                run.code, run.detail = exit_code_of(exc), str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                run.code, run.detail = exit_code_of(exc), _message(exc)
                 app.output.log(
                     f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
                 )
-    finally:  # (a signal stops the loop: what ran is still recorded)
+        failed = [r for r in runs if r.code]
+        outcome = int(failed[0].code or 0) if failed else int(ExitCode.OK)
+    except BaseException as exc:  # the file, a signal: the metrics file still says so
+        outcome = exit_code_of(exc)
+        raise
+    finally:
         if metrics_file:
-            write_metrics_safely(metrics_file, [r for r in runs if r.code is not None])
-    failed = [r for r in runs if r.code]
-    code = int(failed[0].code or 0) if failed else int(ExitCode.OK)
-    render_all(runs, output_format, code)
-    if failed:
-        raise click.exceptions.Exit(code)
+            write_metrics_safely(metrics_file, [r for r in runs if r.code is not None], all_code=outcome)
+    render_all(runs, output_format, outcome)
+    if outcome:
+        raise click.exceptions.Exit(outcome)
 
 
-def _rotate(client: Any, server: Any, decl: Any, run: Run) -> None:
+def _message(exc: BaseException) -> str:
+    """An error's one line, in the command line's terms (--force, not `force`)."""
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return to_flags(text)
+
+
+def _rotate(client: Any, server: Any, decl: Any, run: Run, dry_run: bool) -> None:
     from bloomctl import apply, window
     from bloomctl.errors import KeyMissing
 
     try:
-        report = window.rotate(client, server, decl.key)
-        made = "rotated"
+        report = window.rotate(client, server, decl.key, dry_run=dry_run)
+        made = "dry run" if dry_run else "rotated"
     except KeyMissing:  # a window not made yet: made as declared (what `apply` does)
+        if dry_run:
+            run.code, run.action, run.detail = int(ExitCode.OK), "rotate", "dry run: the window would be created"
+            return
         report = apply.make_window(client, server, decl)
         made = "created"
     counts = {name: sum(a.action == name for a in report.actions) for name in ("created", "expired", "foreign")}
@@ -633,7 +683,7 @@ def run_declared(app: AppContext, decl: Any, explicit: dict[str, Any]) -> Rebuil
     return run_one(app, client, server, decl.key, source_values, options, Run(decl.key, decl.name))
 
 
-def render_all(runs: list[Run], output_format: str, code: int) -> None:
+def render_all(runs: list[Run], output_format: str, code: int | None) -> None:
     if output_format == "json":
         emit_json({"filters": [r.as_dict() for r in runs], "exit_code": code})
         return
@@ -661,45 +711,91 @@ def rebuild_options(options: dict[str, Any]) -> Any:
     return RebuildOptions.from_mapping(options)
 
 
-def write_metrics_safely(path: str, runs: list[Run]) -> None:
+def write_metrics_safely(path: str, runs: list[Run], *, all_code: int | None = None) -> None:
     """The metrics file of these runs; a failure to write it is a warning (the run's own failure,
     if any, is what the user must see, with its code)."""
     try:
-        write_metrics(path, runs)
+        write_metrics(path, runs, all_code=all_code)
     except Exception as failed:
         current().warn(f"no metrics written: {failed}")
 
 
-def write_metrics(path: str, runs: list[Run]) -> None:
-    """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on failure."""
-    from bloomctl.cli.metrics import Metric, exposition, last_success, write_atomically
+REBUILD_GAUGES = (
+    ("bloomctl_rebuild_duration_seconds", "How long the run took.", lambda r: r.seconds),
+    ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", lambda r: r.items),
+    ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", lambda r: r.code),
+    ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", lambda r: int(r.code == 0)),
+    ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", lambda r: int(r.swapped)),
+)
+ALL_EXIT_CODE = ("bloomctl_rebuild_all_exit_code", "The exit code of the last `rebuild --all` (0: every filter done).")
 
-    gauges = [
-        ("bloomctl_rebuild_duration_seconds", "How long the run took.", lambda r: r.seconds),
-        ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", lambda r: r.items),
-        ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", lambda r: r.code),
-        ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", lambda r: int(r.code == 0)),
-        ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", lambda r: int(r.swapped)),
-    ]
+
+def write_metrics(path: str, runs: list[Run], *, all_code: int | None = None) -> None:
+    """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on
+    failure; and the samples of keys this run did not rebuild kept as the file had them (a filter
+    not due keeps its last rebuild's). With ``all_code``, the exit code of ``rebuild --all``."""
+    from bloomctl.cli.metrics import LAST_SUCCESS, Metric, exposition, last_success, write_atomically
+
     rebuilt = [r for r in runs if r.action == "rebuild" and r.code is not None]
-    metrics: list[Metric] = [
-        (name, help_text, ("key",), [((r.key,), getter(r)) for r in rebuilt]) for name, help_text, getter in gauges
-    ]
+    keys = {r.key for r in rebuilt}
+    kept = _previous_samples(path, {name for name, _h, _g in REBUILD_GAUGES} | {LAST_SUCCESS})
+    metrics: list[Metric] = []
+    for name, help_text, getter in REBUILD_GAUGES:
+        samples: list[tuple[tuple[str, ...], float]] = [
+            ((labels["key"],), value)
+            for labels, value in kept.get(name, [])
+            if labels.get("key", "") not in keys | {""}
+        ]
+        samples += [((r.key,), getter(r)) for r in rebuilt]
+        metrics.append((name, help_text, ("key",), samples))
     now = time.time()
+    success: dict[tuple[str, ...], float] = {
+        (labels.get("command", ""), labels.get("key", "")): value
+        for labels, value in kept.get(LAST_SUCCESS, [])
+        if labels.get("key") not in keys and labels.get("command") == "rebuild"
+    }
     for run in rebuilt:
-        metrics.append(last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now))
-    write_atomically(path, exposition(_merged(metrics)), "--metrics-file")
+        latest = last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now)[3]
+        success.update({tuple(values): value for values, value in latest})
+    if all_code is not None:
+        metrics.append((*ALL_EXIT_CODE, (), [((), all_code)]))
+        latest = last_success(path, {"command": "rebuild --all", "key": ""}, all_code == 0, now)[3]
+        success.update({tuple(values): value for values, value in latest})
+    else:
+        success.update(
+            {
+                (labels.get("command", ""), labels.get("key", "")): value
+                for labels, value in kept.get(LAST_SUCCESS, [])
+                if labels.get("command") == "rebuild --all"
+            }
+        )
+    metrics.append(
+        (
+            LAST_SUCCESS,
+            "When this job last succeeded (exit 0), in seconds since the epoch.",
+            ("command", "key"),
+            sorted(success.items()),
+        )
+    )
+    write_atomically(path, exposition(metrics), "--metrics-file")
 
 
-def _merged(metrics: list[Any]) -> list[Any]:
-    """One metric a name (each key's last success is its own sample of the same metric)."""
-    merged: dict[str, Any] = {}
-    for name, help_text, labels, samples in metrics:
-        if name in merged:
-            merged[name][3].extend(samples)
-        else:
-            merged[name] = (name, help_text, labels, list(samples))
-    return list(merged.values())
+def _previous_samples(path: str, names: set[str]) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The samples of these metrics in the file a previous run wrote (none when it is not one)."""
+    from pathlib import Path
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        found: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in names:
+                    found.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+        return found
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
 
 
 def render_report(report: RebuildReport, output_format: str) -> None:
