@@ -60,7 +60,7 @@ def measure(client: redis.Redis, pid: int, command: list[str], stdin: Path | Non
     client.flushall()
     client.slowlog_reset()
     before = cpu_seconds(pid)
-    seconds, rss, out = run_child(command, stdin=stdin)
+    seconds, rss, _out = run_child(command, stdin=stdin)
     return {"seconds": seconds, "cpu": cpu_seconds(pid) - before, "slowest": slowest_command(client), "rss": rss}
 
 
