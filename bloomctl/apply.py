@@ -85,17 +85,19 @@ def _filter_change(client: RedisClient, server: ServerInfo, decl: Declared, path
 def _creation(server: ServerInfo, decl: Declared) -> Change:
     """The creation of a missing filter, checked as far as can be before anything is written (a
     plan the server refuses, a database URL that is not set)."""
+    from bloomctl import backends
     from bloomctl.declarations import source_values
-    from bloomctl.errors import UsageError
+    from bloomctl.errors import UnsupportedServer, UsageError
 
     try:
         if decl.source:
             source_values(decl)
+            backends.choose(server, decl.backend, decl.filter_type)  # (a backend the server lacks)
             kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
             return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
         declared_plan(server, decl)
         return Change(decl, CREATE, f"missing: reserve {_parameters(decl)}", RESERVE)
-    except UsageError as exc:
+    except (UsageError, UnsupportedServer) as exc:
         return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
 
 
@@ -116,12 +118,12 @@ def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path
     try:
         spec = window.read_window(client, decl.key)
     except KeyMissing:
-        from bloomctl.errors import UsageError
+        from bloomctl.errors import UnsupportedServer, UsageError
 
         period, keep = decl.window["period"], decl.window["keep"]
         try:
             window_spec(server, decl)
-        except UsageError as exc:
+        except (UsageError, UnsupportedServer) as exc:
             return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
         return Change(decl, CREATE, f"missing: a window of {keep} x {period} buckets", WINDOW)
     except StateConflict as exc:
@@ -142,7 +144,7 @@ def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path
 def declared_plan(server: ServerInfo, decl: Declared) -> tuple[Any, Any]:
     """The backend and plan of a filter the application feeds (``reserve``'s, from the declaration)."""
     from bloomctl import backends
-    from bloomctl.cuckoo_planner import plan_for
+    from bloomctl.backends.cuckoo import plan_for
     from bloomctl.planner import plan
 
     assert decl.capacity is not None  # (the file's checks: a filter without a source has a number)

@@ -190,7 +190,7 @@ def _check(kind: Kind, value: Any) -> str | None:
         "str": lambda v: None if isinstance(v, str) and v != "" else "must be a non-empty string",
         "envname": lambda v: (
             None
-            if isinstance(v, str) and ENV_NAME.match(v)
+            if isinstance(v, str) and ENV_NAME.fullmatch(v)
             else "must be the name of an environment variable (letters, digits, _), never the secret itself"
         ),
         "int": lambda v: None if is_int(v) else f"must be a whole number, got {v!r}",
@@ -454,8 +454,8 @@ def _declared(name: str, body: dict[str, Any], line: int | None) -> Declared:
     )
 
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")  # a filter's or profile's name: typed on command lines
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")  # a filter's or profile's name: typed on command lines
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
@@ -469,7 +469,7 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
         found.append((("version",), f"this bloomctl reads version {FORMAT} of the file, not {version!r}"))
     profiles = data.get("profiles", {}) if isinstance(data.get("profiles"), dict) else {}
     for name, body in profiles.items():
-        if not NAME.match(name):
+        if not NAME.fullmatch(name):
             found.append(
                 (("profiles", name), "a profile's name is letters, digits and _ . : - (it is typed on command lines)")
             )
@@ -483,21 +483,21 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
         if "password_file" in body and "password_env" in body:
             found.append((("profiles", name), "give password_file or password_env, not both"))
     filters = data.get("filters", {}) if isinstance(data.get("filters"), dict) else {}
-    keys: dict[tuple[str, str], str] = {}
+    keys: dict[str, str] = {}
     for name, body in filters.items():
-        if not NAME.match(name):
+        if not NAME.fullmatch(name):
             found.append(
                 (("filters", name), "a filter's name is letters, digits and _ . : - (it is typed on command lines)")
             )
         if not isinstance(body, dict):
             continue
         found += [((("filters", name, *path)), text) for path, text in _filter_rules(body, profiles)]
-        key, profile = body.get("key", name), body.get("profile", "default")
-        if not isinstance(key, str) or not isinstance(profile, str):
+        key = body.get("key", name)
+        if not isinstance(key, str):
             continue
-        if (profile, key) in keys:
-            found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[profile, key]!r} too"))
-        keys.setdefault((profile, key), name)
+        if key in keys:  # (on another profile too: the metrics and `rebuild KEY` name a filter by its key)
+            found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[key]!r} too"))
+        keys.setdefault(key, name)
         other = filters.get(key)
         if key != name and isinstance(other, dict):
             found.append(
@@ -517,6 +517,8 @@ def _filter_rules(body: dict[str, Any], profiles: dict[str, Any]) -> list[tuple[
         found.append((("profile",), f"no profile {profile!r} in the file (profiles: {', '.join(profiles)})"))
     if kind == "bloom" and "error_rate" not in body:
         found.append(((), "a Bloom filter needs error_rate"))
+    if "shards" in body and kind != "bloom":
+        found.append((("shards",), "is for Bloom filters: cuckoo filters and windows are not sharded"))
     if "expansion" in body and body.get("nonscaling"):
         found.append((("expansion",), "expansion and nonscaling exclude each other"))
     if kind != "cuckoo" and kind != "windowed":
@@ -660,7 +662,7 @@ def _schema_of(kind: Kind) -> dict[str, Any]:
     }
     simple: dict[str, dict[str, Any]] = {
         "str": {"type": "string", "minLength": 1},
-        "envname": {"type": "string", "pattern": ENV_NAME.pattern},
+        "envname": {"type": "string", "pattern": f"^{ENV_NAME.pattern}$"},
         "int": {"type": "integer"},
         "str|int": {"oneOf": [{"type": "string", "minLength": 1}, {"type": "integer"}]},
         "bool": {"type": "boolean"},

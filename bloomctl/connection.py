@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import ConnectionFailed, UsageError
@@ -45,7 +45,7 @@ def _secret_spans(rest: str) -> list[tuple[int, int]]:
         start = qmark + 1
         for item in rest[start:].split("&"):
             name, eq, _value = item.partition("=")
-            if eq and name.lower() == "password":
+            if eq and unquote(name).lower() == "password":  # (redis-py reads pass%77ord as password)
                 spans.append((start + len(name) + 1, start + len(item)))
             start += len(item) + 1
     merged: list[tuple[int, int]] = []

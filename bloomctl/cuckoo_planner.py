@@ -397,32 +397,3 @@ def for_cuckoo_line(p: CuckooPlan, line: str | None) -> CuckooPlan:
             "Redis 8 takes a cuckoo filter capacity of at most %s: lower `capacity`", f"{REDIS8_MAX_CAPACITY:,}"
         )
     return p
-
-
-def plan_for(
-    backend: str,
-    capacity: int,
-    error_rate: float | None,
-    expansion: int | None,
-    nonscaling: bool,
-    cuckoo: dict[str, Any],
-    items: int | None,
-    line: str | None,
-) -> CuckooPlan:
-    """The plan of a command's options (``cuckoo``: bucket_size, max_iterations, fingerprint_bits,
-    each None for the default), for ``backend`` (``redisbloom-cuckoo`` or ``lua-cuckoo``) as the
-    server ``line`` builds it."""
-    from bloomctl.backends import get
-
-    chosen = get(backend)
-    the_plan = cuckoo_plan(
-        capacity,
-        bucket_size=cuckoo["bucket_size"] or DEFAULT_BUCKET_SIZE,
-        max_iterations=cuckoo["max_iterations"] or DEFAULT_MAX_ITERATIONS,
-        expansion=chosen.expansion_for(expansion, nonscaling),
-        engine="lua" if backend == "lua-cuckoo" else REDISBLOOM,
-        error_rate=error_rate,
-        fingerprint_bits=cuckoo["fingerprint_bits"],
-        items=items,
-    )
-    return for_cuckoo_line(the_plan, line)

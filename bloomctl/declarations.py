@@ -34,8 +34,9 @@ def settings_for(profile: Profile | None, environ: dict[str, str] | None = None,
     kwargs: dict[str, Any] = {}
     if profile is not None:
         # a profile's password is its own: $BLOOMCTL_PASSWORD (meant for the command line's server)
-        # is never sent to the profile's server
-        env.pop(PASSWORD_ENV, None)
+        # is never sent to the profile's server; unless the command line replaces that server
+        if not {"url", "host", "port"} & {name for name, value in override.items() if value is not None}:
+            env.pop(PASSWORD_ENV, None)
         if profile.password_env:
             if profile.password_env not in env:
                 raise UsageError(
@@ -243,7 +244,11 @@ def drift(decl: Declared, description: Any) -> list[Difference]:
         # what bloomctl recorded when it made the filter; else (made by BF.ADD, say) what it holds
         recorded = _int(meta.get("capacity"))
         found = recorded if recorded is not None else getattr(state, "reserved_capacity", None)
-        if found is not None and found != decl.capacity:
+        # (a cuckoo filter's own count is its slots: the capacity rounded up to a power of two)
+        rounded = (
+            recorded is None and kind == "cuckoo" and found is not None and decl.capacity <= found < 2 * decl.capacity
+        )
+        if found is not None and found != decl.capacity and not rounded:
             diffs.append(Difference("capacity", decl.capacity, found, True))
     recorded_rate = _float(meta.get("error_rate"))
     if kind == "bloom" and decl.error_rate is not None and not _close(decl.error_rate, recorded_rate):

@@ -1565,11 +1565,14 @@ def setuser_lines(names: Sequence[bytes], conditions: set[str], groups: Sequence
 def fitness(client: RedisClient, server: ServerInfo, keys: Sequence[bytes]) -> list[Finding]:
     """doctor's checks of the server itself, for ``bloomctl check``: persistence, the eviction policy,
     and room to rebuild the largest of the filters ``keys`` (each read as doctor reads a filter)."""
+    from bloomctl.backends.library import installs_nothing
+
     doctor = _Doctor(client, server)
-    doctor.guarded("persistence", doctor.check_persistence)
-    doctor.guarded("eviction", doctor.check_eviction)
-    entries = [entry for key in keys if (entry := doctor.guarded("keys", doctor._describe, key, False)) is not None]
-    doctor.guarded("memory", doctor.check_memory, entries)
+    with installs_nothing():  # reads only, as doctor's own
+        doctor.guarded("persistence", doctor.check_persistence)
+        doctor.guarded("eviction", doctor.check_eviction)
+        entries = [entry for key in keys if (entry := doctor.guarded("keys", doctor._describe, key, False)) is not None]
+        doctor.guarded("memory", doctor.check_memory, entries)
     return [finding for finding in doctor.findings if finding.check != "keys"]
 
 

@@ -67,6 +67,8 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
     from bloomctl import lifecycle
     from bloomctl.backends.library import installs_nothing
 
+    if decl.rebuild.get("swap") is False and only_due and _standby_waits(client, decl):
+        return Decision(decl, SKIP, f"a verified standby waits for `bloomctl swap {decl.key}` (rebuild.swap = false)")
     try:
         with installs_nothing():  # deciding writes nothing
             description = lifecycle.describe(client, decl.key)
@@ -80,8 +82,6 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
         return Decision(decl, REBUILD, "a member of the sharded filter is missing")
     if not only_due:
         return Decision(decl, REBUILD, "every filter (--all without --due)")
-    if decl.rebuild.get("swap") is False and not members and _standby_waits(client, decl.key):
-        return Decision(decl, SKIP, f"a verified standby waits for `bloomctl swap {decl.key}` (rebuild.swap = false)")
     if not summary.metadata.get(RECIPE):
         return Decision(decl, REBUILD, "never built from its source (no item recipe recorded)")
     moment = time.time() if now is None else now
@@ -115,13 +115,20 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
     return Decision(decl, SKIP, "not due: " + "; ".join(waits))
 
 
-def _standby_waits(client: RedisClient, key: str) -> bool:
-    """Whether a verified standby is there, waiting for its swap."""
+def _standby_waits(client: RedisClient, decl: Declared) -> bool:
+    """Whether a verified standby is there, waiting for its swap (a sharded filter's: every member's)."""
     from bloomctl.keys import KeyFamily
+    from bloomctl.manifest import read_manifest
     from bloomctl.metadata import read_metadata
 
     try:
-        state = read_metadata(client, KeyFamily.of(key).standby_meta).get("state")
+        manifest = read_manifest(client, decl.key)
+        families = manifest.families if manifest is not None else [KeyFamily.of(decl.key)]
+        for family in families:
+            if read_metadata(client, family.standby_meta).get("state") not in (VERIFIED, LOADED):
+                return False
+            if not client.exists(family.standby):
+                return False
     except StateConflict:
         return False
-    return state in (VERIFIED, LOADED) and bool(client.exists(KeyFamily.of(key).standby))
+    return True

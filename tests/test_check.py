@@ -386,7 +386,7 @@ def test_check_apply_and_the_exporter_never_load_the_function_library(plain, tmp
     assert cli("--config", str(path), "apply").exit_code == 0
     admin = plain.client()
     admin.execute_command("FUNCTION", "FLUSH")
-    checked = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    checked = cli("--config", str(path), "check", "--format", "json")  # the server's checks read it too
     assert checked.exit_code == 0, checked.output
     assert cli("--config", str(path), "apply", "--dry-run").exit_code == 0
     client = client_of(plain)
@@ -399,7 +399,8 @@ def test_a_filter_that_cannot_be_read_hides_no_other_result(plain, tmp_path, cli
     """A command the server refuses (NOPERM here) is an error of that filter's `read`, not of the
     connection; the other filters and the other profile are still checked."""
     admin = plain.client()
-    assert cli("--url", plain.url, "reserve", "a", "-c", "100", "-e", "1%").exit_code == 0
+    for key in ("a", "a2"):
+        assert cli("--url", plain.url, "reserve", key, "-c", "100", "-e", "1%").exit_code == 0
     admin.execute_command("ACL", "SETUSER", "limited", "reset", "on", ">limited-pw", "~*", "+@all", "-type")
     try:
         path = tmp_path / "acl.toml"
@@ -407,7 +408,7 @@ def test_a_filter_that_cannot_be_read_hides_no_other_result(plain, tmp_path, cli
             f'[profiles.limited]\nurl = "redis://limited@127.0.0.1:{plain.port}/0"\npassword_env = "LIMITED_PW"\n'
             f'[profiles.admin]\nurl = "{plain.url}"\n'
             '[filters.lim]\nkey = "a"\nprofile = "limited"\ncapacity = 100\nerror_rate = "1%"\n'
-            '[filters.b]\nkey = "a"\nprofile = "admin"\ncapacity = 100\nerror_rate = "1%"\n'
+            '[filters.b]\nkey = "a2"\nprofile = "admin"\ncapacity = 100\nerror_rate = "1%"\n'
             '[filters.gone]\nprofile = "admin"\ncapacity = 100\nerror_rate = "1%"\n'
         )
         result = cli(
@@ -512,3 +513,37 @@ def test_bloomctl_password_is_not_sent_to_a_profile_server(plain, tmp_path, cli)
     path.write_text(f'[profiles.default]\nurl = "{plain.url}"\n[filters.a]\ncapacity = 10\nerror_rate = "1%"\n')
     result = cli("--config", str(path), "apply", env={"BLOOMCTL_PASSWORD": "meant-for-another-server"})
     assert result.exit_code == 0, result.output  # (AUTH with it would fail: this server has no password)
+
+
+@pytest.mark.redisbloom
+def test_a_cuckoo_filter_the_application_made_shows_no_false_drift(bloom, tmp_path, cli):
+    """CF.RESERVE 1000 holds 1,024 slots: without bloomctl's metadata, that is the capacity 1000, not drift."""
+    client = client_of(bloom)
+    client.execute_command("CF.RESERVE", "cf1", 1000)
+    client.execute_command("CF.RESERVE", "cf2", 1000, "BUCKETSIZE", 4)
+    path = tmp_path / "cf.toml"
+    body = f'[profiles.default]\nurl = "{bloom.url}"\n'
+    path.write_text(
+        body + '[filters.cf1]\ntype = "cuckoo"\ncapacity = 1000\n[filters.cf2]\ntype = "cuckoo"\ncapacity = 1000\n'
+    )
+    result = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert result.exit_code == 0, result.output
+    path.write_text(body + '[filters.cf1]\ntype = "cuckoo"\ncapacity = 5000\n')
+    drifted = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
+    assert drifted.exit_code == 1 and "capacity: declared 5,000, found 1,024" in drifted.stdout
+
+
+def test_apply_plans_a_backend_the_server_lacks_as_invalid(plain, tmp_path, cli):
+    (tmp_path / "a.csv").write_text("id\n1\n")
+    path = tmp_path / "b.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.fed]\ncapacity = 10\nerror_rate = "1%"\nbackend = "redisbloom"\n'
+        '[filters.built]\ncapacity = 10\nerror_rate = "1%"\nbackend = "redisbloom"\nsource.csv = "a.csv"\n'
+        '[filters.w]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nbackend = "redisbloom"\n'
+        'window.period = "1d"\nwindow.keep = 2\n'
+    )
+    result = cli("--config", str(path), "apply", "--dry-run")
+    assert result.exit_code == 2, result.output
+    assert result.stdout.count("invalid: missing, and cannot be created as declared") == 3
+    assert "profile 'default'" not in result.stdout

@@ -304,7 +304,12 @@ def test_the_spec_covers_every_key_of_the_docs():
 
 @pytest.mark.parametrize(
     "url",
-    ["redis://h:6379/0?password=hunter2", "unix:///run/redis.sock?password=hunter2", "redis://u:hun/ter2@h"],
+    [
+        "redis://h:6379/0?password=hunter2",
+        "unix:///run/redis.sock?password=hunter2",
+        "redis://u:hun/ter2@h",
+        "redis://h:6379/0?pass%77ord=hunter2",  # redis-py reads the name unquoted
+    ],
 )
 def test_a_password_anywhere_in_the_url_is_refused_and_never_echoed(tmp_path, url):
     found = problems(tmp_path, f'[profiles.default]\nurl = "{url}"\n')
@@ -378,7 +383,7 @@ def test_names_and_keys_that_would_be_ambiguous(tmp_path):
     texts = [text for _line, text in found]
     assert any("a filter's name is letters, digits" in t for t in texts)
     assert any("the key 'b' is the name of another filter" in t for t in texts)
-    assert not any("declared by" in t for t in texts)  # one key on two servers is two filters
+    assert any("the key 'x' is declared by 'b' too" in t for t in texts)  # on another profile too: metrics are by key
 
 
 def test_a_window_period_is_checked_by_validate(tmp_path):
@@ -393,3 +398,22 @@ def test_bloomctl_password_is_never_sent_to_a_profile(tmp_path):
     loaded = load(write(tmp_path, '[profiles.default]\nurl = "redis://h:1/0"\n'))
     settings = settings_for(loaded.profiles["default"], {"BLOOMCTL_PASSWORD": "for-another-server"})
     assert settings.password is None
+
+
+def test_a_percent_encoded_password_name_is_redacted_too():
+    from bloomctl.connection import redact_url
+
+    assert "hunter2" not in redact_url("redis://h:6379/0?pass%77ord=hunter2")
+
+
+def test_names_end_where_they_end(tmp_path):
+    found = problems(
+        tmp_path,
+        '[profiles."p\\n"]\nurl = "redis://h"\npassword_env = "PW\\n"\n'
+        '[filters."a\\n"]\nprofile = "p\\n"\ncapacity = 1\nerror_rate = "1%"\n'
+        '[filters.s]\nprofile = "p\\n"\ntype = "cuckoo"\ncapacity = 100\nshards = 3\n',
+    )
+    texts = [text for _line, text in found]
+    assert sum("name is letters, digits" in t for t in texts) == 2
+    assert any("the name of an environment variable" in t for t in texts)
+    assert any("shards: is for Bloom filters" in t for t in texts)

@@ -419,10 +419,15 @@ def test_rebuild_all_takes_the_command_lines_options_and_refuses_each_filters_ow
         '[filters.one]\ncapacity = 100\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.swap = false\n'
         '[filters.w]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n',
     )
+    path.write_text(path.read_text() + '[filters.cf]\ntype = "cuckoo"\ncapacity = 100\nsource.csv = "a.csv"\n')
+    metrics = tmp_path / "dry.prom"
+    plain.client().execute_command("FUNCTION", "FLUSH")
     before = snapshot(plain)
-    dry = cli("--config", str(path), "rebuild", "--all", "--dry-run")
+    dry = cli("--config", str(path), "rebuild", "--all", "--dry-run", "--metrics-file", str(metrics))
     assert dry.exit_code == 0, dry.output
-    assert snapshot(plain) == before  # nothing written: no filter, no window
+    assert snapshot(plain) == before  # nothing written: no filter, no window, no function library
+    assert plain.client().execute_command("FUNCTION", "LIST") == []
+    assert not metrics.exists() and "would be rebuilt" in dry.stdout  # a dry run is no success to record
     swapped = cli("--config", str(path), "rebuild", "--all", "--swap", "--format", "json")
     assert swapped.exit_code == 0 and client_of(plain).exists("one") == 1  # --swap wins over rebuild.swap = false
     for flag in (["--capacity", "5000"], ["--prefix", "user:"], ["--column", "id"], ["--allow-recipe-change"]):
@@ -573,3 +578,61 @@ def test_apply_swaps_in_a_first_build_even_with_rebuild_swap_false(plain, tmp_pa
     assert cli("--config", str(path), "rebuild", "one").exit_code == 0  # a standby waits for its swap
     due = cli("--config", str(path), "rebuild", "--all", "--due")
     assert "a verified standby waits for `bloomctl swap one` (rebuild.swap = false)" in due.stdout
+
+
+def test_metrics_of_a_declared_filter_are_its_keys_and_the_last_all_run_stays(plain, tmp_path, cli):
+    from tests.servers import free_port
+
+    items_csv(tmp_path / "a.csv", 10)
+    metrics = tmp_path / "m.prom"
+    dead = config(
+        tmp_path,
+        plain,
+        '[filters.users]\nkey = "shop:{users}"\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\n',
+    )
+    dead.write_text(dead.read_text().replace(plain.url, f"redis://127.0.0.1:{free_port()}/0"))
+    failed = cli("--config", str(dead), "--connect-timeout", "0.5", "rebuild", "users", "--metrics-file", str(metrics))
+    assert failed.exit_code == 3
+    assert 'bloomctl_rebuild_exit_code{key="shop:{users}"} 3.0' in metrics.read_text()
+    assert 'key="users"' not in metrics.read_text()
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.users]\nkey = "shop:{users}"\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "missing.csv"\n'
+        '[filters.two]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\n',
+    )
+    assert cli("--config", str(path), "rebuild", "--all", "--metrics-file", str(metrics)).exit_code == 8
+    assert cli("--config", str(path), "rebuild", "two", "--metrics-file", str(metrics)).exit_code == 0
+    text = metrics.read_text()
+    assert "bloomctl_rebuild_all_exit_code 8.0" in text  # a single filter's run keeps the last --all's code
+    assert 'bloomctl_rebuild_exit_code{key="two"} 0.0' in text
+
+
+def test_a_first_build_with_swap_false_waits_for_its_swap(plain, tmp_path, cli):
+    items_csv(tmp_path / "a.csv", 10)
+    path = config(
+        tmp_path,
+        plain,
+        '[filters.one]\ncapacity = 50\nerror_rate = "1%"\nsource.csv = "a.csv"\nrebuild.swap = false\n'
+        'rebuild.every = "1d"\n'
+        '[filters.big]\ncapacity = 300\nerror_rate = "1%"\nshards = 2\nsource.csv = "a.csv"\nrebuild.swap = false\n'
+        'rebuild.every = "1d"\n',
+    )
+    assert cli("--url", plain.url, "reserve", "big", "-c", "300", "-e", "1%", "--shards", "2").exit_code == 0
+    first = cli("--config", str(path), "rebuild", "--all", "--due")
+    assert first.exit_code == 0, first.output
+    second = cli("--config", str(path), "rebuild", "--all", "--due", "--format", "json")
+    runs = {r["name"]: r for r in json.loads(second.stdout)["filters"]}
+    assert runs["one"]["action"] == "skip" and "a verified standby waits" in runs["one"]["reason"]
+    assert runs["big"]["action"] == "skip" and "a verified standby waits" in runs["big"]["reason"]
+    assert client_of(plain).exists("one") == 0  # (nothing swapped: rebuild.swap = false)
+
+
+def test_bloomctl_password_reaches_the_server_the_command_line_names(protected, tmp_path, cli):
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[profiles.default]\nurl = "redis://127.0.0.1:1/0"\n[filters.a]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    url = f"redis://127.0.0.1:{protected.port}/0"
+    result = cli("--config", str(path), "--url", url, "apply", env={"BLOOMCTL_PASSWORD": "shop-secret-pw"})
+    assert result.exit_code == 0, result.output

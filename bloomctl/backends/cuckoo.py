@@ -22,11 +22,14 @@ from bloomctl.backends.library import LuaBackend
 from bloomctl.client import RedisClient
 from bloomctl.cuckoo_planner import (
     CF_STRUCT_BYTES,
+    DEFAULT_BUCKET_SIZE,
+    DEFAULT_MAX_ITERATIONS,
     LUA,
     LUA_HEADER_BYTES,
     REDISBLOOM,
     SUBCF_STRUCT_BYTES,
     CuckooPlan,
+    cuckoo_plan,
     for_cuckoo_line,
     next_power_of_two,
 )
@@ -495,3 +498,30 @@ class LuaCuckoo(LuaBackend, CuckooBackend):
 
     def count(self, client: RedisClient, key: bytes, item: bytes | str) -> int:
         return int(self.call(client, "cf_count", key, item, read_only=True))
+
+
+def plan_for(
+    backend: str,
+    capacity: int,
+    error_rate: float | None,
+    expansion: int | None,
+    nonscaling: bool,
+    cuckoo: dict[str, Any],
+    items: int | None,
+    line: str | None,
+) -> CuckooPlan:
+    """The plan of a command's options (``cuckoo``: bucket_size, max_iterations, fingerprint_bits,
+    each None for the default), for ``backend`` (``redisbloom-cuckoo`` or ``lua-cuckoo``) as the
+    server ``line`` builds it."""
+    chosen: CuckooBackend = LuaCuckoo() if backend == "lua-cuckoo" else RedisBloomCuckoo()
+    the_plan = cuckoo_plan(
+        capacity,
+        bucket_size=cuckoo["bucket_size"] or DEFAULT_BUCKET_SIZE,
+        max_iterations=cuckoo["max_iterations"] or DEFAULT_MAX_ITERATIONS,
+        expansion=chosen.expansion_for(expansion, nonscaling),
+        engine=LUA if backend == "lua-cuckoo" else REDISBLOOM,
+        error_rate=error_rate,
+        fingerprint_bits=cuckoo["fingerprint_bits"],
+        items=items,
+    )
+    return for_cuckoo_line(the_plan, line)

@@ -109,10 +109,15 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
     for decl in decls:
         try:
             client, server = app.connect_profile(decl.profile)
-            changes.append(change_for(client, server, decl, config.path))
         except Exception as exc:  # this profile's server did not answer: the other filters are still planned
             codes[decl.name] = error_code(exc)
             changes.append(Change(decl, ERROR, f"profile {decl.profile!r}: {reason(exc)}"))
+            continue
+        try:
+            changes.append(change_for(client, server, decl, config.path))
+        except Exception as exc:  # (a command refused, say): this filter says why, the others go on
+            codes[decl.name] = error_code(exc)
+            changes.append(Change(decl, ERROR, reason(exc)))
     outcomes: dict[str, dict[str, Any]] = {}
     if not dry_run:
         for change in changes:

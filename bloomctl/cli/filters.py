@@ -131,8 +131,8 @@ def _reserve_cuckoo(
     if_not_exists: bool,
     force: bool,
 ) -> tuple[Any, ReserveResult]:
+    from bloomctl.backends.cuckoo import plan_for as make_plan
     from bloomctl.cli.cuckoo import reserve_cuckoo
-    from bloomctl.cuckoo_planner import plan_for as make_plan
 
     the_plan = make_plan(chosen.name, capacity, error_rate, expansion, nonscaling, cuckoo, None, app.server.line)
     return the_plan, reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)

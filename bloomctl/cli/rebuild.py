@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -368,7 +369,8 @@ def load_options(f: Any) -> Any:
     metavar="FILE",
     default=None,
     help="Write Prometheus metrics of this run to FILE (node_exporter's textfile collector), also on failure: "
-    "duration, items, exit code, swapped, last success time. Renamed into place: never half written.",
+    "duration, items, exit code, swapped, last success time (with --all: each filter's). Renamed into place: "
+    "never half written. A --dry-run writes none.",
 )
 @click.pass_obj
 def rebuild_command(
@@ -429,26 +431,45 @@ def rebuild_command(
     if log_format:
         app.output.log_format = log_format
     if all_filters or due:
-        if not all_filters:
-            raise click.UsageError("--due goes with --all: rebuild --all --due")
-        if key is not None:
-            raise click.UsageError("give a filter KEY or --all, not both")
-        per_filter = sorted(set(explicit) - ALL_OPTIONS)
-        if per_filter:
-            flags = ", ".join("--" + name.replace("_", "-") for name in per_filter)
-            raise click.UsageError(
-                f"{flags}: each filter's own (its source, recipe and parameters are in the file): "
-                "give it with `rebuild NAME`, or in the file"
-            )
+        _check_all(key, due, all_filters, explicit)
         rebuild_all(app, due, explicit, output_format, metrics_file)
         return
     if key is None:
         raise click.UsageError("give the filter KEY (or its name in the config file), or --all")
+    report = rebuild_key(app, ctx, key, options, explicit, metrics_file)
+    render_report(report, output_format)
+
+
+def _check_all(key: str | None, due: bool, all_filters: bool, explicit: dict[str, Any]) -> None:
+    if not all_filters:
+        raise click.UsageError("--due goes with --all: rebuild --all --due")
+    if key is not None:
+        raise click.UsageError("give a filter KEY or --all, not both")
+    per_filter = sorted(set(explicit) - ALL_OPTIONS)
+    if per_filter:
+        opts = {param.name: param.opts[0] for param in rebuild_command.params}
+        flags = ", ".join(opts.get(name, name) for name in per_filter)
+        raise click.UsageError(
+            f"{flags}: each filter's own (its source, recipe and parameters are in the file): "
+            "give it with `rebuild NAME`, or in the file"
+        )
+
+
+def rebuild_key(
+    app: AppContext,
+    ctx: click.Context,
+    key: str,
+    options: dict[str, Any],
+    explicit: dict[str, Any],
+    metrics_file: str | None,
+) -> RebuildReport:
+    """``rebuild KEY``: a key, or a filter of the config file."""
     # With a source on the command line, the file counts only when --config itself was given: a
     # bloomctl.toml in the directory (or $BLOOMCTL_CONFIG) never changes what such a command does.
     named_source = bool(set(explicit) & SOURCE_FLAGS)
     given = ctx.find_root().get_parameter_source("config") == click.core.ParameterSource.COMMANDLINE
     run = Run(key)
+    run.dry_run = bool(options.get("dry_run"))
     try:
         decl = declared(app, key) if given or not named_source else None
         if decl is None:
@@ -456,10 +477,10 @@ def rebuild_command(
             source_values = {name: options.pop(name) for name in SOURCE_OPTIONS}
             source_values["header"] = not options.pop("no_header")
         else:
+            key = run.key = decl.key  # (before anything can fail: the metrics are the key's)
             client, server = app.connect_profile(decl.profile)
-            key = run.key = decl.key
             source_values, options = declared_inputs(decl, options, explicit)
-        report = run_one(app, client, server, key, source_values, options, run)
+        return run_one(app, client, server, key, source_values, options, run)
     except BaseException as exc:
         if run.code is None:  # (failed before the rebuild began: the file, the profile's connection)
             from bloomctl.cli.metrics import exit_code_of
@@ -467,9 +488,8 @@ def rebuild_command(
             run.code, run.detail = exit_code_of(exc), str(exc)
         raise
     finally:
-        if metrics_file:
+        if metrics_file and not run.dry_run:
             write_metrics_safely(metrics_file, [run] if run.code is not None else [])
-    render_report(report, output_format)
 
 
 class Run:
@@ -485,6 +505,7 @@ class Run:
         self.action = "rebuild"
         self.reason = ""  # why --all did what it did
         self.detail = ""  # what came of it
+        self.dry_run = False  # a dry run: never in the metrics file
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -496,6 +517,7 @@ class Run:
             "detail": self.detail,
             "items": self.items,
             "swapped": self.swapped,
+            "dry_run": self.dry_run,
             "seconds": round(self.seconds, 3),
         }
 
@@ -564,7 +586,13 @@ def declared_inputs(
     source["header"] = not options.pop("no_header")
     named_source = bool(set(explicit) & SOURCE_FLAGS)
     if named_source:
-        if source.get("sql") and "db_url" not in explicit and "db_url_env" in decl.source:
+        variable = decl.source.get("db_url_env")
+        if (
+            source.get("sql")
+            and "db_url" not in explicit
+            and variable
+            and (os.environ.get(variable) or not source["db_url"])
+        ):
             source["db_url"] = declared_db_url(decl)  # the declared database, for the command line's query
     else:
         given = source_values(decl, db_url=explicit.get("db_url"))
@@ -591,12 +619,15 @@ def rebuild_all(
 
     runs: list[Run] = []
     outcome: int | None = None  # the whole run's code, for the metrics file
+    declared_keys: set[str] | None = None
+    dry_run = bool(explicit.get("dry_run"))
     try:
         config = app.config
         values = {**option_defaults(), **explicit}
-        dry_run = bool(values.get("dry_run"))
+        declared_keys = {decl.key for decl in config.filters.values()}
         for decl in config.filters.values():
             run = Run(decl.key, decl.name)
+            run.dry_run = dry_run
             runs.append(run)
             try:
                 client, server = app.connect_profile(decl.profile)
@@ -632,9 +663,10 @@ def rebuild_all(
     except BaseException as exc:  # the file, a signal: the metrics file still says so
         outcome = exit_code_of(exc)
         raise
-    finally:
-        if metrics_file:
-            write_metrics_safely(metrics_file, [r for r in runs if r.code is not None], all_code=outcome)
+    finally:  # (the file, a signal: what ran is still recorded; a dry run records nothing)
+        if metrics_file and not dry_run:
+            done = [r for r in runs if r.code is not None]
+            write_metrics_safely(metrics_file, done, all_code=outcome, keep_keys=declared_keys)
     render_all(runs, output_format, outcome)
     if outcome:
         raise click.exceptions.Exit(outcome)
@@ -689,15 +721,18 @@ def render_all(runs: list[Run], output_format: str, code: int | None) -> None:
         return
     width = max((len(r.name) for r in runs), default=4)
     words = {"rebuild": "rebuilt", "rotate": "rotated", "skip": "skipped"}
+    if any(r.dry_run for r in runs):
+        words = {"rebuild": "dry run", "rotate": "dry run", "skip": "skipped"}
     for run in runs:
         status = words.get(run.action, run.action) if not run.code else f"FAILED (exit {run.code})"
         why = f" ({run.reason})" if run.reason and run.detail != run.reason and run.action == "rebuild" else ""
         click.echo(f"{run.name:<{width}}  {status:<16}  {run.detail}{why}")
-    counts = {word: sum(1 for r in runs if not r.code and words.get(r.action) == word) for word in words.values()}
+    counts = {action: sum(1 for r in runs if not r.code and r.action == action) for action in words}
     failed = sum(1 for r in runs if r.code)
+    did = "would be rebuilt" if any(r.dry_run for r in runs) else "rebuilt"
     click.echo(
-        f"\n{len(runs)} filter(s): {counts['rebuilt']} rebuilt, {counts['rotated']} rotated, "
-        f"{counts['skipped']} skipped, {failed} failed (exit {code})"
+        f"\n{len(runs)} filter(s): {counts['rebuild']} {did}, {counts['rotate']} rotated, "
+        f"{counts['skip']} skipped, {failed} failed (exit {code})"
     )
 
 
@@ -711,11 +746,13 @@ def rebuild_options(options: dict[str, Any]) -> Any:
     return RebuildOptions.from_mapping(options)
 
 
-def write_metrics_safely(path: str, runs: list[Run], *, all_code: int | None = None) -> None:
+def write_metrics_safely(
+    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
+) -> None:
     """The metrics file of these runs; a failure to write it is a warning (the run's own failure,
     if any, is what the user must see, with its code)."""
     try:
-        write_metrics(path, runs, all_code=all_code)
+        write_metrics(path, runs, all_code=all_code, keep_keys=keep_keys)
     except Exception as failed:
         current().warn(f"no metrics written: {failed}")
 
@@ -730,30 +767,35 @@ REBUILD_GAUGES = (
 ALL_EXIT_CODE = ("bloomctl_rebuild_all_exit_code", "The exit code of the last `rebuild --all` (0: every filter done).")
 
 
-def write_metrics(path: str, runs: list[Run], *, all_code: int | None = None) -> None:
+def write_metrics(
+    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
+) -> None:
     """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on
     failure; and the samples of keys this run did not rebuild kept as the file had them (a filter
-    not due keeps its last rebuild's). With ``all_code``, the exit code of ``rebuild --all``."""
-    from bloomctl.cli.metrics import LAST_SUCCESS, Metric, exposition, last_success, write_atomically
+    not due keeps its last rebuild's), those of ``keep_keys`` only when given (``--all``: the keys
+    the file declares). With ``all_code``, the exit code of ``rebuild --all``."""
+    from bloomctl.cli.metrics import LAST_SUCCESS, LAST_SUCCESS_HELP, Metric, exposition, last_success, write_atomically
 
     rebuilt = [r for r in runs if r.action == "rebuild" and r.code is not None]
     keys = {r.key for r in rebuilt}
-    kept = _previous_samples(path, {name for name, _h, _g in REBUILD_GAUGES} | {LAST_SUCCESS})
+
+    def kept_key(key: str | None) -> bool:
+        return bool(key) and key not in keys and (keep_keys is None or key in keep_keys)
+
+    kept = _previous_samples(path, {name for name, _h, _g in REBUILD_GAUGES} | {LAST_SUCCESS, ALL_EXIT_CODE[0]})
     metrics: list[Metric] = []
     for name, help_text, getter in REBUILD_GAUGES:
         samples: list[tuple[tuple[str, ...], float]] = [
-            ((labels["key"],), value)
-            for labels, value in kept.get(name, [])
-            if labels.get("key", "") not in keys | {""}
+            ((labels["key"],), value) for labels, value in kept.get(name, []) if kept_key(labels.get("key"))
         ]
         samples += [((r.key,), getter(r)) for r in rebuilt]
         metrics.append((name, help_text, ("key",), samples))
     now = time.time()
-    success: dict[tuple[str, ...], float] = {
-        (labels.get("command", ""), labels.get("key", "")): value
-        for labels, value in kept.get(LAST_SUCCESS, [])
-        if labels.get("key") not in keys and labels.get("command") == "rebuild"
-    }
+    success: dict[tuple[str, ...], float] = {}
+    for labels, value in kept.get(LAST_SUCCESS, []):
+        command, key = labels.get("command", ""), labels.get("key", "")
+        if (command == "rebuild" and kept_key(key)) or (command == "rebuild --all" and all_code is None):
+            success[(command, key)] = value
     for run in rebuilt:
         latest = last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now)[3]
         success.update({tuple(values): value for values, value in latest})
@@ -761,22 +803,9 @@ def write_metrics(path: str, runs: list[Run], *, all_code: int | None = None) ->
         metrics.append((*ALL_EXIT_CODE, (), [((), all_code)]))
         latest = last_success(path, {"command": "rebuild --all", "key": ""}, all_code == 0, now)[3]
         success.update({tuple(values): value for values, value in latest})
-    else:
-        success.update(
-            {
-                (labels.get("command", ""), labels.get("key", "")): value
-                for labels, value in kept.get(LAST_SUCCESS, [])
-                if labels.get("command") == "rebuild --all"
-            }
-        )
-    metrics.append(
-        (
-            LAST_SUCCESS,
-            "When this job last succeeded (exit 0), in seconds since the epoch.",
-            ("command", "key"),
-            sorted(success.items()),
-        )
-    )
+    else:  # a single filter's run keeps the last --all's code where the file has it
+        metrics.append((*ALL_EXIT_CODE, (), [((), value) for _labels, value in kept.get(ALL_EXIT_CODE[0], [])[:1]]))
+    metrics.append((LAST_SUCCESS, LAST_SUCCESS_HELP, ("command", "key"), sorted(success.items())))
     write_atomically(path, exposition(metrics), "--metrics-file")
 
 

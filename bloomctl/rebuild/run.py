@@ -48,7 +48,25 @@ def rebuild(
     progress: Progress | None = None,
 ) -> RebuildReport:
     """Rebuild the filter ``key`` from ``source`` into its standby (or its members' standbys),
-    verify it, and with ``options.swap`` cut over atomically."""
+    verify it, and with ``options.swap`` cut over atomically. A dry run writes nothing, not even
+    the function library."""
+    if options.dry_run:
+        from bloomctl.backends.library import installs_nothing
+
+        with installs_nothing():
+            return _rebuild(client, server, key, source, options, events, progress)
+    return _rebuild(client, server, key, source, options, events, progress)
+
+
+def _rebuild(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    source: Source,
+    options: RebuildOptions,
+    events: Events | None,
+    progress: Progress | None,
+) -> RebuildReport:
     started = time.perf_counter()
     log: Events = events or (lambda message, fields: None)
     family = KeyFamily.of(key)
