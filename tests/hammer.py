@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,13 @@ class Hammer(threading.Thread):
                 if not self.ok(answer):
                     self.bad.append(answer)
             self.calls += 1
+
+    def wait_for_calls(self, count: int, timeout: float = 10.0) -> None:
+        """Block until the reader has made more than ``count`` calls (or ``timeout`` passed): on a busy
+        machine the writer's loop can otherwise outrun a reader that the scheduler starves."""
+        deadline = time.monotonic() + timeout
+        while self.calls <= count and self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def __enter__(self) -> Hammer:
         self.start()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from bloomctl.errors import StateConflict
@@ -23,8 +21,8 @@ def _hammer_swaps(client, reader, key: str) -> Hammer:
         for i in range(1, SWAPS + 1):
             client.set(family.standby, b"v%d" % i)
             assert atomic_swap(client, family, standby_type=b"string") is True
-            if i % 50 == 0:
-                time.sleep(0.01)  # let the reader run between bursts
+            if i % 50 == 0:  # let the reader run between bursts: at least as many reads as swaps so far
+                hammer.wait_for_calls(i)
     assert client.get(family.active) == b"v%d" % SWAPS
     assert not client.exists(family.standby) and not client.exists(family.old)
     return hammer
