@@ -30,7 +30,7 @@ from bloomctl.backends.base import AnyPlan
 from bloomctl.client import RedisClient
 from bloomctl.cuckoo_planner import DEFAULT_BUCKET_SIZE, DEFAULT_MAX_ITERATIONS, cuckoo_plan
 from bloomctl.defaults import DEFAULT_HEADROOM, MAX_HEADROOM, MAX_WINDOW_KEEP
-from bloomctl.errors import KeyMissing, StateConflict, UsageError
+from bloomctl.errors import KeyMissing, OutOfMemory, StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.metadata import create_hash, now_utc
 from bloomctl.planner import plan
@@ -233,11 +233,43 @@ def read_window(client: RedisClient, name: str | bytes) -> WindowSpec:
             created_at=fields.get("created_at", ""),
             created_by=fields.get("created_by", ""),
         )
+        check_settings(
+            keep=spec.keep,
+            ahead=spec.ahead,
+            headroom=spec.headroom,
+            capacity=spec.capacity,
+            min_capacity=spec.min_capacity,
+            period=spec.period,
+        )
     except (KeyError, ValueError) as exc:
         raise StateConflict("%r holds damaged window settings (%r)", to_display(raw), exc) from None
-    if spec.backend not in backends.names() or int(fields.get("offset", -1)) != spec.offset:
+    except UsageError as exc:
+        raise StateConflict("%r holds damaged window settings (%s)", to_display(raw), exc) from None
+    if (
+        spec.backend not in backends.names()
+        or spec.kind != backends.get(spec.backend).kind
+        or int(fields.get("offset", -1)) != spec.offset
+    ):
         raise StateConflict("%r holds damaged window settings", to_display(raw))
     return spec
+
+
+def check_settings(
+    *, keep: int, ahead: int, headroom: float, capacity: int | None, min_capacity: int | None, period: int | None = None
+) -> None:
+    """The ranges a window's settings must be in (UsageError): for a new window, and for the
+    settings read back (a damaged hash must not expire live buckets or divide by zero)."""
+    if period is not None:
+        parse_period(period)
+    if not 1 <= keep <= MAX_KEEP:
+        raise UsageError("`keep` must be from 1 to %s periods, got %s", MAX_KEEP, keep)
+    if not 0 <= ahead <= MAX_KEEP:
+        raise UsageError("`ahead` must be from 0 to %s periods, got %s", MAX_KEEP, ahead)
+    if not 1 <= headroom <= MAX_HEADROOM:  # (a NaN is in no range)
+        raise UsageError("`headroom` must be from 1 to %s, got %s", MAX_HEADROOM, headroom)
+    for what, value in (("capacity", capacity), ("min_capacity", min_capacity)):
+        if value is not None and value < 1:
+            raise UsageError("`%s` must be at least 1, got %s", what, value)
 
 
 def server_time(client: RedisClient, key: bytes) -> float:
@@ -268,14 +300,9 @@ def new_window(
     """A window's settings, every one checked (and a bucket planned with them) before anything is written."""
     raw = to_bytes(name)
     KeyFamily.of(raw)
-    if not 1 <= keep <= MAX_KEEP:
-        raise UsageError("`keep` must be from 1 to %s periods, got %s", MAX_KEEP, keep)
-    if not 0 <= ahead <= MAX_KEEP:
-        raise UsageError("`ahead` must be from 0 to %s periods, got %s", MAX_KEEP, ahead)
     if capacity is None and min_capacity is None:
         raise UsageError("`capacity` auto plans each bucket from the recent ones: give `min_capacity` for the first")
-    if not 1 <= headroom <= MAX_HEADROOM:
-        raise UsageError("`headroom` must be from 1 to %s, got %s", MAX_HEADROOM, headroom)
+    check_settings(keep=keep, ahead=ahead, headroom=headroom, capacity=capacity, min_capacity=min_capacity)
     chosen: Backend = backends.choose(server, backend, kind)
     spec = WindowSpec(
         name=raw,
@@ -320,6 +347,7 @@ def create(client: RedisClient, server: ServerInfo, spec: WindowSpec, *, if_not_
                 to_display(spec.prefix) + ":...",
                 to_display(spec.name),
             )
+    _refuse_leftovers(client, server, spec)
     if create_hash(client, spec.name, fields):
         return True
     if backends.key_type(client, spec.name) == b"hash" and client.hget(spec.name, "bloomctl_window"):
@@ -329,6 +357,29 @@ def create(client: RedisClient, server: ServerInfo, spec: WindowSpec, *, if_not_
             return False
         raise StateConflict("window %r already exists%s", to_display(spec.name), "" if same else " with other settings")
     raise StateConflict("%r already exists and is not a window", to_display(spec.name))
+
+
+def _refuse_leftovers(client: RedisClient, server: ServerInfo, spec: WindowSpec) -> None:
+    """Buckets at the names the new window would add to (the current one and those ahead), left
+    by an earlier window of the same name with other parameters, would take its adds: refused,
+    before anything is written (buckets made as this window would make them are kept)."""
+    if backends.key_type(client, spec.name) != b"none":
+        return  # (the window exists: create says so)
+    backend = backends.get(spec.backend)
+    current = spec.index(server_time(client, spec.name))
+    for index in range(current, current + spec.ahead + 1):
+        key = spec.key(index)
+        if backends.key_type(client, key) == b"none" or not _holds(client, key, backend):
+            continue
+        other = other_parameters(client, spec, backend, key, server.line)
+        if other:
+            raise StateConflict(
+                "the bucket %r is left from an earlier window %r with other parameters (%s): new adds would go "
+                "to it; remove it (UNLINK, its items are lost) or create the window with its parameters",
+                to_display(key),
+                to_display(spec.name),
+                other,
+            )
 
 
 @dataclass
@@ -359,6 +410,7 @@ class RotateReport:
     capacity_basis: str
     actions: list[BucketAction] = field(default_factory=list)
     dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def current_was_missing(self) -> bool:
@@ -373,6 +425,7 @@ class RotateReport:
             "capacity_basis": self.capacity_basis,
             "current_was_missing": self.current_was_missing,
             "dry_run": self.dry_run,
+            "warnings": self.warnings,
             "buckets": [a.as_dict() for a in self.actions],
         }
 
@@ -389,7 +442,11 @@ def plan_capacity(client: RedisClient, spec: WindowSpec, backend: Backend, curre
     filter over the load at which its inserts start to fail."""
     if spec.capacity is not None:
         return spec.capacity, "fixed"
-    counts = [backend.card(client, spec.key(index)) for index in range(current - spec.keep + 1, current + 1)]
+    counts = [  # (a missing bucket, or a foreign key at a bucket's name, counts nothing)
+        backend.card(client, key)
+        for key in (spec.key(index) for index in range(current - spec.keep + 1, current + 1))
+        if backends.key_type(client, key) != b"none" and _holds(client, key, backend)
+    ]
     peak = max(counts, default=0)
     needed = peak * spec.headroom
     if spec.kind == "cuckoo":
@@ -422,13 +479,35 @@ def rotate(
     with installs_nothing() if dry_run else contextlib.nullcontext():
         moment = now if now is not None else server_time(client, spec.name)
         current = spec.index(moment)
-        capacity, basis = plan_capacity(client, spec, backend, current)
-        the_plan = backend.check_plan(spec.plan_for(capacity), server.line)
+        wanted, basis = plan_capacity(client, spec, backend, current)
+        the_plan, problem = fitting_plan(spec, backend, wanted, server.line)
+        capacity = the_plan.capacity if the_plan is not None else wanted
+        if the_plan is not None and capacity < wanted:
+            basis += f"; capped at {capacity:,}, the largest bucket the {backend.name} backend takes"
+            problem = None
         report = RotateReport(spec, moment, current, capacity, basis, dry_run=dry_run)
+        if the_plan is not None and capacity < wanted:
+            report.warnings.append(
+                f"new buckets of {to_display(spec.name)!r} would need capacity {wanted:,}; "
+                f"made with {capacity:,}, the most the {backend.name} backend takes: their error rate rises "
+                "past the planned one as they fill; shorten the period"
+            )
         for index in range(current - spec.keep + 1, current + spec.ahead + 1):
-            report.actions.append(_bucket(client, spec, backend, the_plan, index, index >= current, dry_run))
+            action = _bucket(client, spec, backend, the_plan, index, index >= current, dry_run)
+            report.actions.append(action)
+            if action.action == "kept" and index >= current:
+                other = other_parameters(client, spec, backend, action.key, server.line)
+                if other:
+                    report.warnings.append(
+                        f"{to_display(action.key)!r} was made with other parameters than the window's ({other}): "
+                        "adds go to it until it leaves the window"
+                    )
         if remove_strays:
             report.actions += _expired(client, spec, backend, current, dry_run)
+    if problem is not None:  # (a fixed capacity this server cannot hold: nothing made, expiries set)
+        raise StateConflict(
+            "the buckets of window %r cannot be made on this server: %s", to_display(spec.name), problem
+        )
     blocked = [a for a in report.actions if a.action == "foreign" and a.index >= current]
     if blocked:
         raise StateConflict(
@@ -439,13 +518,64 @@ def rotate(
     return report
 
 
+def fitting_plan(
+    spec: WindowSpec, backend: Backend, capacity: int, line: str | None
+) -> tuple[AnyPlan | None, str | None]:
+    """The plan of a new bucket of ``capacity`` as ``backend`` builds it; for an auto capacity
+    beyond what the backend takes (a string's 512 MB, Redis 8's 2^30 items), the largest capacity
+    it takes (at least the window's minimum); else None and why."""
+    try:
+        return backend.check_plan(spec.plan_for(capacity), line), None
+    except UsageError as exc:
+        problem = str(exc)
+        if spec.capacity is not None:
+            return None, problem
+    best, low, high = None, spec.min_capacity, capacity - 1
+    while low <= high:  # (plans grow with the capacity: the largest one the backend takes)
+        middle = (low + high) // 2
+        try:
+            best, low = backend.check_plan(spec.plan_for(middle), line), middle + 1
+        except UsageError:
+            high = middle - 1
+    return (best, None) if best is not None else (None, problem)
+
+
+def other_parameters(client: RedisClient, spec: WindowSpec, backend: Backend, key: bytes, line: str | None) -> str:
+    """How the bucket at ``key`` differs from what the window makes ('' when it does not): a
+    leftover of an earlier window of the same name, or one made by hand. Its size against a new
+    bucket of its own capacity tells another error rate or bucket size; a fixed capacity is compared too."""
+    state = backend.info(client, key)
+    if state.kind == "cuckoo":
+        for name, default in (("bucket_size", DEFAULT_BUCKET_SIZE), ("max_iterations", DEFAULT_MAX_ITERATIONS)):
+            want, have = getattr(spec, name) or default, getattr(state, name, None)
+            if have is not None and want != have:
+                return f"{name.replace('_', ' ')} {have}; the window's is {want}"
+    if state.filters != 1:
+        return ""  # (a grown filter: its size tells nothing on its own)
+    capacity = spec.capacity if spec.capacity is not None else state.reserved_capacity
+    try:
+        expected = backend.check_plan(spec.plan_for(capacity), line)
+    except UsageError:
+        return ""
+    if backend.size_bytes(expected) == state.size_bytes:
+        return ""
+    found = f"capacity {state.reserved_capacity:,}, {state.size_bytes:,} bytes"
+    return f"{found}; a new bucket has capacity {expected.capacity:,}, {backend.size_bytes(expected):,} bytes"
+
+
 def _bucket(
-    client: RedisClient, spec: WindowSpec, backend: Backend, the_plan: AnyPlan, index: int, make: bool, dry_run: bool
+    client: RedisClient,
+    spec: WindowSpec,
+    backend: Backend,
+    the_plan: AnyPlan | None,
+    index: int,
+    make: bool,
+    dry_run: bool,
 ) -> BucketAction:
     key, at = spec.key(index), spec.expire_at(index)
     action = BucketAction(index, key, spec.label(index), "kept", at)
     if backends.key_type(client, key) == b"none":
-        if not make:
+        if not make or the_plan is None:
             action.action, action.expire_at = "missing", None
             return action
         action.action, action.capacity = "created", the_plan.capacity
@@ -455,6 +585,17 @@ def _bucket(
             backend.reserve(client, key, the_plan)
         except StateConflict:  # another rotation made it a moment ago
             action.action, action.capacity = "kept", None
+        except Exception as exc:
+            from bloomctl.rebuild.standby import is_out_of_memory
+
+            if not is_out_of_memory(exc):
+                raise
+            raise OutOfMemory(
+                "the server is out of memory: the bucket %r (capacity %s) could not be made; adds to it fail "
+                "once its period starts: free memory or raise maxmemory, then rotate again",
+                to_display(key),
+                f"{the_plan.capacity:,}",
+            ) from None
     elif not _holds(client, key, backend):
         action.action, action.expire_at = "foreign", None
         return action
@@ -609,6 +750,8 @@ class WindowedFilter:
             text = str(exc)
             if "does not exist" in text:
                 raise KeyMissing("%s", text.removeprefix("ERR ")) from None
+            if "window settings are" in text:  # (incomplete, damaged)
+                raise StateConflict("%r holds damaged window settings", to_display(self.name)) from None
             if "does not hold a bloomctl window" in text:
                 raise StateConflict("%r is not a bloomctl window", to_display(self.name)) from None
             if "window bucket" in text:  # a bucket's own error (another kind of value there, full...)

@@ -283,3 +283,151 @@ def test_dry_runs_and_info_load_nothing(plain, cli_plain):
     assert cli_plain("window", "rotate", "w", "--dry-run").exit_code == 0
     assert cli_plain("window", "info", "w").exit_code == 0
     assert client.execute_command("FUNCTION", "LIST") == []
+
+
+# --- review fixes: damaged settings, leftovers, auto capacity's limits, several windows ------------
+
+
+def test_auto_capacity_skips_a_foreign_key_at_a_past_bucket(wtarget):
+    """A past bucket's name holding something else counts nothing toward an auto capacity: the
+    window still rotates (it aborted with 'not a bloomctl ... filter')."""
+    cli, client = wtarget.cli, wtarget.client
+    args = create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "auto", "--min-capacity", "100", "--ahead", "1")
+    assert cli(*args).exit_code == 0
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    client.hset(spec_.key(current - 1), "someone", "else")
+    client.delete(spec_.key(current + 1))
+    rotated = cli("window", "rotate", "dedupe", "--format", "json")
+    assert rotated.exit_code == 0, rotated.stderr
+    data = json.loads(rotated.stdout)
+    actions = {b["label"]: b["action"] for b in data["buckets"]}
+    assert actions[spec_.label(current - 1)] == "foreign" and actions[spec_.label(current + 1)] == "created"
+    assert data["capacity"] == 100 and client.hget(spec_.key(current - 1), "someone") == b"else"
+
+
+def test_an_auto_capacity_beyond_the_backend_is_capped(plain, cli_plain):
+    """A bucket that counts 300M items plans 600M x headroom: more than a string holds. The plan
+    is capped at the largest capacity the backend takes (with a warning), not refused as a usage
+    error with nothing rotated."""
+    from bloomctl.backends import get as backend_of
+
+    args = ["--period", "1d", "--keep", "3", "-c", "auto", "--min-capacity", "1000", "-e", "0.1%", "--ahead", "1"]
+    assert cli_plain("window", "create", "big", "--backend", "module-free", *args).exit_code == 0
+    client = plain.client()
+    spec_ = read_window(client, "big")
+    current = spec_.index(window.server_time(client, spec_.name))
+    client.execute_command("BITFIELD", spec_.key(current), "SET", "i64", 320, 300_000_000)  # (the items counter)
+    rotated = cli_plain("window", "rotate", "big", "--dry-run", "--format", "json")
+    assert rotated.exit_code == 0, rotated.stderr
+    data = json.loads(rotated.stdout)
+    capped, bitmap = data["capacity"], backend_of("bitmap")
+    assert 1000 < capped < 600_000_000 and "capped" in data["capacity_basis"] and data["warnings"]
+    bitmap.check_plan(spec_.plan_for(capped))  # the largest that fits: one more item does not
+    with pytest.raises(UsageError):
+        bitmap.check_plan(spec_.plan_for(capped + 1))
+    assert "the most the bitmap backend takes" in rotated.stderr
+
+
+def test_rotating_several_windows_goes_on_past_a_broken_one(plain, cli_plain):
+    args = ["--period", "1d", "--keep", "3", "-c", "100", "-e", "1%", "--ahead", "1"]
+    assert cli_plain("window", "create", "a1", *args).exit_code == 0
+    assert cli_plain("window", "create", "w1", *args).exit_code == 0
+    client = plain.client()
+    spec_ = read_window(client, "w1")
+    current = spec_.index(window.server_time(client, spec_.name))
+    client.delete(spec_.key(current + 1))
+    client.hset("a1", "keep", "0")  # damaged
+    rotated = cli_plain("window", "rotate", "a1", "w1")
+    assert rotated.exit_code == 5, rotated.stderr
+    assert "a1: " in rotated.stderr and "damaged" in rotated.stderr
+    assert client.exists(spec_.key(current + 1)) == 1  # w1 rotated all the same
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("keep", "0"), ("keep", "-2"), ("period", "0"), ("period", "1800"), ("headroom", "nan"), ("ahead", "-1")],
+)
+def test_damaged_settings_are_refused_and_expire_nothing(plain, cli_plain, field, value):
+    """keep 0 made rotate expire the live current bucket; period 0 divided by zero (a traceback)."""
+    args = ["--period", "1d", "--keep", "3", "-c", "100", "-e", "1%", "--ahead", "1"]
+    assert cli_plain("window", "create", "k0", *args).exit_code == 0
+    client = plain.client()
+    spec_ = read_window(client, "k0")
+    current_key = spec_.key(spec_.index(window.server_time(client, spec_.name)))
+    WindowedFilter(client, "k0").add(b"kept")
+    ttl = client.ttl(current_key)
+    client.hset("k0", field, value)
+    for command in (["window", "rotate", "k0"], ["window", "info", "k0"]):
+        result = cli_plain(*command)
+        assert result.exit_code == 5 and "damaged window settings" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert client.exists(current_key) == 1 and client.ttl(current_key) == ttl
+    if field in ("keep", "period"):  # (the server's functions read these two)
+        with pytest.raises(StateConflict, match="damaged"):
+            WindowedFilter(client, "k0").exists(b"kept")
+
+
+def test_a_window_at_a_key_of_another_type_is_a_clear_error(plain):
+    client = plain.client()
+    client.set("astring", "x")
+    with pytest.raises(StateConflict, match="not a bloomctl window"):
+        WindowedFilter(client, "astring").exists(b"x")
+    with pytest.raises(StateConflict, match="not a bloomctl window"):
+        WindowedFilter(client, "astring").add(b"x")
+    assert client.get("astring") == b"x"
+
+
+def test_a_recreated_window_refuses_leftover_buckets_of_other_parameters(wtarget):
+    """The window's hash deleted, then made again with another capacity: its old current and ahead
+    buckets would take the adds (1k items at 10% where 1M at 0.01% was asked). Refused, nothing
+    written; made again as before, the buckets are kept."""
+    cli, client = wtarget.cli, wtarget.client
+    before = create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "1000", "--ahead", "1")
+    assert cli(*before).exit_code == 0
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    WindowedFilter(client, "dedupe").add(b"old")
+    client.delete("dedupe")
+    other = cli(*create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "100000", "--ahead", "1"))
+    assert other.exit_code == 5 and "left from an earlier window" in other.stderr, other.stderr
+    assert spec_.key(current).decode() in other.stderr and client.exists("dedupe") == 0
+    assert get(spec_.backend).info(client, spec_.key(current)).items == 1
+    again = cli(*before)
+    assert again.exit_code == 0, again.stderr
+    assert WindowedFilter(client, "dedupe").exists(b"old") is True
+
+
+def test_rotate_warns_of_a_coming_bucket_made_otherwise(wtarget):
+    cli, client = wtarget.cli, wtarget.client
+    assert cli(*create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "1000", "--ahead", "1")).exit_code == 0
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    ahead = spec_.key(current + 1)
+    client.delete(ahead)
+    backend = get(spec_.backend)
+    backend.reserve(client, ahead, backend.check_plan(spec_.plan_for(50_000), detect(client).line))
+    rotated = cli("window", "rotate", "dedupe", "--format", "json")
+    assert rotated.exit_code == 0, rotated.stderr
+    warnings = json.loads(rotated.stdout)["warnings"]
+    assert len(warnings) == 1 and ahead.decode() in warnings[0] and "other parameters" in rotated.stderr
+    assert backend.info(client, ahead).reserved_capacity >= 50_000  # warned about, never touched
+
+
+def test_a_full_server_is_one_clear_line_and_the_window_stays(plain, cli_plain):
+    args = ["--period", "1d", "--keep", "3", "-c", "100", "-e", "1%", "--ahead", "1"]
+    assert cli_plain("window", "create", "full", *args).exit_code == 0
+    client = plain.client()
+    spec_ = read_window(client, "full")
+    current = spec_.index(window.server_time(client, spec_.name))
+    client.delete(spec_.key(current + 1))
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", str(max(used // 2, 1)))
+    try:
+        rotated = cli_plain("window", "rotate", "full")
+    finally:
+        client.config_set("maxmemory", "0")
+    assert rotated.exit_code == 3, rotated.stderr
+    assert "out of memory" in rotated.stderr and spec_.key(current + 1).decode() in rotated.stderr
+    assert "script" not in rotated.stderr and len(rotated.stderr.strip().splitlines()) == 1
+    assert client.exists(spec_.key(current)) == 1 and client.exists("full") == 1

@@ -35,16 +35,24 @@ local function label(start, period)
 end
 
 local function settings(key, at)
+  local kind = redis.call('TYPE', key)
+  kind = type(kind) == 'table' and kind.ok or kind
+  if kind == 'none' then
+    return nil, 'ERR not found'
+  elseif kind ~= 'hash' then
+    return nil, 'WRONGTYPE the key does not hold a bloomctl window'
+  end
   local raw = redis.call('HMGET', key, 'bloomctl_window', 'period', 'offset', 'keep', 'prefix', 'backend')
   if not raw[1] then
-    if redis.call('EXISTS', key) == 0 then
-      return nil, 'ERR not found'
-    end
     return nil, 'WRONGTYPE the key does not hold a bloomctl window'
   end
   local w = {period = tonumber(raw[2]), offset = tonumber(raw[3]), keep = tonumber(raw[4]), prefix = raw[5], backend = raw[6]}
   if not (w.period and w.offset and w.keep and w.prefix and w.backend) then
     return nil, 'ERR the window settings are incomplete'
+  end
+  -- (window.py's ranges: a damaged hash must not divide by zero or look up without end)
+  if w.period < 3600 or w.period % 3600 ~= 0 or w.period > 366 * 86400 or w.keep < 1 or w.keep > 1000 or w.keep % 1 ~= 0 then
+    return nil, 'ERR the window settings are damaged'
   end
   local now = tonumber(at) or tonumber(redis.call('TIME')[1])
   w.current = math.floor((now - w.offset) / w.period)

@@ -693,6 +693,10 @@ def _rotate(client: Any, server: Any, decl: Any, run: Run, dry_run: bool) -> Non
             return
         report = apply.make_window(client, server, decl)
         made = "created"
+    from bloomctl.cli.output import current
+
+    for warning in report.warnings:
+        current().warn(f"{decl.name}: {warning}")
     counts = {name: sum(a.action == name for a in report.actions) for name in ("created", "expired", "foreign")}
     run.code, run.action = int(ExitCode.OK), "rotate"
     run.detail = f"{made}: {counts['created']} bucket(s) made, {counts['expired']} removed"

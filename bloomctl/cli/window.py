@@ -18,7 +18,7 @@ from bloomctl.cli.options import (
     require_error_rate,
 )
 from bloomctl.cli.output import current
-from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes
+from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags
 from bloomctl.defaults import AUTO, DEFAULT_HEADROOM, MAX_HEADROOM
 from bloomctl.errors import ExitCode
 from bloomctl.planner import MAX_EXPANSION
@@ -118,6 +118,7 @@ def create_command(app: AppContext, name: str, output_format: str, if_not_exists
     )
     created = window.create(app.client, app.server, spec, if_not_exists=if_not_exists)
     report = window.rotate(app.client, app.server, name)
+    warn_report(report)
     render_rotate(report, output_format, "created" if created else "exists already")
 
 
@@ -138,15 +139,32 @@ def rotate_command(app: AppContext, names: tuple[str, ...], dry_run: bool, outpu
       */10 * * * *  bloomctl -q window rotate dedupe
     """
     from bloomctl import window
+    from bloomctl.errors import BloomctlError
 
+    failed: list[BloomctlError] = []
     for name in names:
-        report = window.rotate(app.client, app.server, name, dry_run=dry_run)
+        try:
+            report = window.rotate(app.client, app.server, name, dry_run=dry_run)
+        except BloomctlError as exc:
+            if len(names) == 1:
+                raise
+            failed.append(exc)  # (one broken window does not stop the others' rotation)
+            current().error(f"{name}: {exc.render(to_flags)}", int(exc.exit_code))
+            continue
         if report.current_was_missing:
             current().warn(
                 f"the current bucket of {name!r} was missing: adds failed until now; rotate more often, "
                 "or give the window more --ahead buckets"
             )
+        warn_report(report)
         render_rotate(report, output_format, "dry run: nothing changed" if dry_run else None)
+    if failed:
+        raise click.exceptions.Exit(int(failed[0].exit_code))
+
+
+def warn_report(report: Any) -> None:
+    for warning in report.warnings:
+        current().warn(warning)
 
 
 def render_rotate(report: Any, output_format: str, note: str | None = None) -> None:
