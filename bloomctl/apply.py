@@ -11,7 +11,8 @@ apply never deletes, resizes or rebuilds a live filter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bloomctl.client import RedisClient
@@ -19,6 +20,8 @@ from bloomctl.config import Declared
 from bloomctl.declarations import drift, drift_fix, recipe_drift, summarize, window_drift
 from bloomctl.errors import KeyMissing, StateConflict
 from bloomctl.server import ServerInfo
+
+PROBE_CAPACITY = 1_000  # the capacity a plan is checked with while the real one is counted at the build
 
 CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "unchanged", "conflict"
 INVALID, ERROR = "invalid", "error"  # a declaration the server refuses; a server that did not answer
@@ -91,8 +94,14 @@ def _creation(server: ServerInfo, decl: Declared) -> Change:
 
     try:
         if decl.source:
-            source_values(decl)
+            values = source_values(decl)
             backends.choose(server, decl.backend, decl.filter_type)  # (a backend the server lacks)
+            # the plan as far as it is known (an auto capacity is counted at the build): a backend
+            # that cannot hold it (a bitmap filter that would grow) is refused now, not at the build
+            declared_plan(server, replace(decl, capacity=decl.capacity or PROBE_CAPACITY))
+            path = values.get("csv_path") or values.get("parquet_path")
+            if path and not os.access(path, os.R_OK):
+                raise UsageError("the source %r cannot be read (missing, or not readable)", path)
             kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
             return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
         declared_plan(server, decl)

@@ -498,12 +498,49 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
         if key in keys:  # (on another profile too: the metrics and `rebuild KEY` name a filter by its key)
             found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[key]!r} too"))
         keys.setdefault(key, name)
+        found += _family_clashes(name, key, keys)
         other = filters.get(key)
         if key != name and isinstance(other, dict):
             found.append(
                 (
                     ("filters", name, "key"),
                     f"the key {key!r} is the name of another filter: `rebuild {key}` would be ambiguous",
+                )
+            )
+    return found
+
+
+def _family_clashes(name: str, key: str, keys: dict[str, str]) -> list[tuple[tuple[str, ...], str]]:
+    """``key`` against the keys declared before it: two keys whose companions (standby, old, meta,
+    lock, a window's buckets) share names (``cq`` and ``{cq}``), or a key that is one of another's
+    companions (``{users}:standby``): a rebuild of one would replace or rewrite the other."""
+    from bloomctl.errors import UsageError
+    from bloomctl.keys import KeyFamily
+
+    try:
+        mine = KeyFamily.of(key).prefix
+    except UsageError:
+        return []
+    found: list[tuple[tuple[str, ...], str]] = []
+    for other_key, other_name in keys.items():
+        if other_name == name:
+            continue
+        theirs = KeyFamily.of(other_key).prefix
+        if theirs == mine:
+            found.append(
+                (
+                    ("filters", name, "key"),
+                    f"the keys {other_key!r} (of {other_name!r}) and {key!r} share their companion keys "
+                    f"({theirs.decode('utf-8', 'replace')}:standby, :meta...): choose another key",
+                )
+            )
+        elif key.encode().startswith(theirs + b":") or other_key.encode().startswith(mine + b":"):
+            inner, outer = (key, other_name) if key.encode().startswith(theirs + b":") else (other_key, name)
+            found.append(
+                (
+                    ("filters", name, "key"),
+                    f"the key {inner!r} is among the companion keys of {outer!r} (its standby, old filter, "
+                    "metadata or buckets): a rebuild of one would replace the other; choose another key",
                 )
             )
     return found
@@ -569,6 +606,9 @@ def _filter_rules(body: dict[str, Any], profiles: dict[str, Any]) -> list[tuple[
             found.append((("source",), "give one of source.csv, source.parquet or source.sql"))
         if "sql" in source and "db_url_env" not in source:
             found.append((("source",), "source.sql needs source.db_url_env, the variable that holds the database URL"))
+        column = source.get("column")
+        if isinstance(column, int) and not isinstance(column, bool) and column < 1:
+            found.append((("source", "column"), "a column's position counts from 1 (or give the header's name)"))
     return found
 
 

@@ -152,6 +152,7 @@ class ConnectionSettings:
     tls_key: str | None = None
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     timeout: float = DEFAULT_TIMEOUT
+    password_from: str | None = None  # where a profile's password comes from ($VAR, a file), for errors' hints
 
     def __repr__(self) -> str:  # never show the password, not even in a traceback
         return f"ConnectionSettings(url={self.redacted_url!r}, cluster={self.cluster})"
@@ -393,6 +394,10 @@ def connection_error(
 
     where = settings.redacted_url
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        if settings.password_from:
+            return ConnectionFailed(
+                "authentication failed at %s (check the password in %s)", where, settings.password_from
+            )
         return ConnectionFailed(
             "authentication failed at %s (check the URL's user and password, %s or `" + password_option + "`)",
             where,

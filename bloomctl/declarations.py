@@ -8,6 +8,7 @@ with it. Nothing here writes to a server.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -56,7 +57,12 @@ def settings_for(profile: Profile | None, environ: dict[str, str] | None = None,
         if profile.timeout is not None:
             kwargs["timeout"] = profile.timeout
     kwargs.update({name: value for name, value in override.items() if value is not None})
-    return settings_from(environ=env, **{k: v for k, v in kwargs.items() if v is not None})
+    settings = settings_from(environ=env, **{k: v for k, v in kwargs.items() if v is not None})
+    if profile is not None and not override.get("password_file"):
+        source = f"${profile.password_env}" if profile.password_env else profile.password_file
+        if source and settings.password is not None:
+            settings = dataclasses.replace(settings, password_from=source)
+    return settings
 
 
 def source_values(

@@ -51,19 +51,37 @@ class Collection:
 
 def rebuild_state(client: Any, key: str, metadata: dict[str, str]) -> str:
     """How the filter's last rebuild ended: a standby's state when one is there (loading, failed,
-    interrupted, verified: waiting for its swap), else the active filter's (verified, loaded), else
-    none (never rebuilt: reserved, or restored)."""
+    interrupted, verified: waiting for its swap; a sharded filter's worst member's), else the active
+    filter's (verified, loaded), else none (never rebuilt: reserved, or restored). A standby still
+    marked loading while no run holds the filter's lock was left by a run that died (kill -9, a
+    lost machine): interrupted."""
     from bloomctl.keys import KeyFamily
+    from bloomctl.manifest import read_manifest
     from bloomctl.metadata import read_metadata
 
+    family = KeyFamily.of(key)
     try:
-        standby = read_metadata(client, KeyFamily.of(key).standby_meta).get("state")
+        manifest = read_manifest(client, key)
     except StateConflict:
-        standby = None
-    if standby:
-        return standby if standby in REBUILD_STATES else "loading"
+        manifest = None
+    found = []
+    for member in manifest.families if manifest is not None else [family]:
+        try:
+            standby = read_metadata(client, member.standby_meta).get("state")
+        except StateConflict:
+            standby = None
+        if standby:
+            found.append(standby if standby in REBUILD_STATES else "loading")
+    if found:
+        worst = min(found, key=_STANDBY_ORDER.index)
+        if worst == "loading" and not client.exists(family.lock):
+            return "interrupted"
+        return worst
     state = metadata.get("state") if metadata.get("generation") else None
     return state if state in REBUILD_STATES else "none"
+
+
+_STANDBY_ORDER = ("failed", "interrupted", "loading", "verified", "loaded", "none")  # worst first
 
 
 class Exporter:

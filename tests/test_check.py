@@ -361,15 +361,33 @@ def test_apply_leaves_a_conflicting_key_alone_and_creates_the_rest(plain, tmp_pa
 
 def test_a_failed_creation_is_reported_and_the_others_go_on(plain, tmp_path, cli):
     path = tmp_path / "f.toml"
+    (tmp_path / "empty.csv").write_text("id\n")  # a source without items: the build refuses it
     path.write_text(
         f'[profiles.default]\nurl = "{plain.url}"\n[filters.nosource]\ncapacity = 10\nerror_rate = "1%"\n'
-        'source.csv = "not-there.csv"\n[filters.ok]\ncapacity = 10\nerror_rate = "1%"\n'
+        'source.csv = "empty.csv"\n[filters.ok]\ncapacity = 10\nerror_rate = "1%"\n'
     )
     result = cli("--config", str(path), "apply")
     assert result.exit_code == 8, result.output  # the source's error
-    assert "FAILED (exit 8)" in result.stdout and "not-there.csv" in result.stdout
+    assert "FAILED (exit 8)" in result.stdout and "no items" in result.stdout
     client = client_of(plain)
     assert client.exists("ok") == 1 and client.exists("nosource") == 0
+
+
+def test_apply_plans_a_sourced_filter_the_build_would_refuse_as_invalid(plain, tmp_path, cli):
+    """A dry run said `+ create` (exit 0) for a filter whose build then failed: a bitmap filter
+    with an expansion, a source file that is not there."""
+    (tmp_path / "a.csv").write_text("id\n1\n")
+    path = tmp_path / "f.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.grows]\ncapacity = 50000\nerror_rate = "1%"\nexpansion = 4\nsource.csv = "a.csv"\n'
+        '[filters.nofile]\ncapacity = "auto"\nerror_rate = "1%"\nsource.csv = "not-there.csv"\n'
+    )
+    for args in (["apply", "--dry-run"], ["apply"]):
+        result = cli("--config", str(path), *args)
+        assert result.exit_code == 2, result.output
+        assert result.stdout.count("! ") == 2 and "do not grow" in result.stdout and "not-there.csv" in result.stdout
+    assert client_of(plain).dbsize() == 0
 
 
 # --- review findings ---------------------------------------------------------------------------

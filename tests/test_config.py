@@ -417,3 +417,27 @@ def test_names_end_where_they_end(tmp_path):
     assert sum("name is letters, digits" in t for t in texts) == 2
     assert any("the name of an environment variable" in t for t in texts)
     assert any("shards: is for Bloom filters" in t for t in texts)
+
+
+def test_keys_whose_companions_meet_are_refused(tmp_path):
+    """`cq` and `{cq}` share {cq}:standby, :meta, :lock (a rebuild of one rewrote the other's
+    metadata); `{cp:x}:standby` is x's standby (a rebuild of x deleted it); `{dedupe}:2026-12-02`
+    is a window's bucket. Each is one problem at its line; a key that only looks alike is fine."""
+    body = '\ncapacity = 10\nerror_rate = "1%"\n'
+    found = problems(
+        tmp_path,
+        '[profiles.default]\nurl = "redis://h"\n'
+        f'[filters.x]\nkey = "cp:x"{body}'
+        f'[filters.i]\nkey = "{{cp:x}}:standby"{body}'
+        f'[filters.plain]\nkey = "cq"{body}'
+        f'[filters.tagged]\nkey = "{{cq}}"{body}'
+        f'[filters.bucket]\nkey = "{{dedupe}}:2026-12-02"{body}'
+        '[filters.dedupe]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n'
+        f'[filters.alike]\nkey = "{{cqq}}"{body}'
+        f'[filters.alike2]\nkey = "cp:xy"{body}',
+    )
+    texts = {line: text for line, text in found}
+    assert len(found) == 3, found
+    assert "'{cp:x}:standby' is among the companion keys of 'x'" in texts[8]
+    assert "'cq' (of 'plain') and '{cq}' share their companion keys" in texts[16]
+    assert any("'{dedupe}:2026-12-02' is among the companion keys of 'dedupe'" in t for t in texts.values())

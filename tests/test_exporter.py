@@ -244,3 +244,39 @@ def test_a_filter_that_cannot_be_read_is_its_own_error_not_the_profiles(plain, t
     assert value(found, "bloomctl_filter_present", filter="users") == 0  # (missing: TYPE says so)
     assert value(found, "bloomctl_filter_error", filter="users") == 0
     assert len([m for level, m in logged if "orders" in m]) == 1 and logged[0][0] == "warning"
+
+
+def test_a_sharded_filters_failed_rebuild_and_a_dead_runs_standby_show(plain, tmp_path, cli):
+    """A sharded filter's failed rebuild read as `verified` (only the key's own standby was read,
+    which a sharded filter has not); a standby marked loading by a run that died (kill -9: its lock
+    expired) read as `loading` for ever."""
+    from bloomctl.keys import KeyFamily
+
+    rows = "id\n" + "".join(f"{i}\n" for i in range(300))
+    (tmp_path / "s.csv").write_bytes(rows.encode() + b"\xff\xfe\n")  # a last row that is not UTF-8
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n'
+        '[filters.sh]\ncapacity = 3000\nerror_rate = "1%"\nshards = 3\nsource.csv = "s.csv"\n'
+        '[filters.one]\ncapacity = 3000\nerror_rate = "1%"\nsource.csv = "s.csv"\n'
+    )
+    for name in ("sh", "one"):
+        assert cli("--config", str(path), "rebuild", name, "--skip-bad-rows", "1").exit_code == 0
+    assert cli("--config", str(path), "rebuild", "sh").exit_code == 8  # the bad row, none tolerated
+
+    def states(found, name):
+        return {
+            dict(labels)["state"]: v
+            for (n, labels), v in found.items()
+            if n == "bloomctl_last_rebuild_state" and dict(labels)["filter"] == name
+        }
+
+    client = plain.client()
+    family = KeyFamily.of("one")
+    client.hset(family.standby_meta, mapping={"state": "loading", "generation": "9", "created_by": "bloomctl 0.1.0"})
+    found = scrape(Exporter(load(path), connector(plain.url), cache_seconds=0))
+    assert states(found, "sh")["failed"] == 1 and states(found, "sh")["verified"] == 0
+    assert states(found, "one")["interrupted"] == 1 and states(found, "one")["loading"] == 0
+    client.set(family.lock, "a running rebuild's token", px=30_000)
+    found = scrape(Exporter(load(path), connector(plain.url), cache_seconds=0))
+    assert states(found, "one")["loading"] == 1

@@ -98,11 +98,31 @@ def test_crashed_standby_is_replaced_and_said(target, tmp_path):
     family = KeyFamily.of("users")
     target.reserve(family.standby, 100)
     target.add(family.standby, ["junk-1", "junk-2"])
+    target.client.hset(
+        family.standby_meta, mapping={"state": "loading", "generation": "1", "created_by": "bloomctl 0.1.0"}
+    )  # a killed run's
     path = write_csv(tmp_path / "u.csv", 500)
     result = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name)
     assert result.exit_code == 0, result.stderr
     assert "replacing the standby" in result.stderr and "(2 items)" in result.stderr
     assert 495 <= target.card(family.standby) <= 500  # a fresh standby: 500 adds, no leftovers counted
+
+
+def test_a_standby_no_rebuild_made_is_not_replaced_without_force(target, tmp_path):
+    """A filter at the standby's name without a standby's metadata (made by hand to swap in, or
+    another application's key) is refused, untouched; --force replaces it."""
+    family = KeyFamily.of("users")
+    target.reserve(family.standby, 100)
+    target.add(family.standby, ["hand-1", "hand-2"])
+    path = write_csv(tmp_path / "u.csv", 500)
+    args = ["rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name]
+    refused = target.cli(*args)
+    assert refused.exit_code == 5, refused.stderr
+    assert "no standby metadata" in refused.stderr and "--force" in refused.stderr
+    assert target.card(family.standby) == 2 and not target.client.exists(family.active)
+    forced = target.cli(*args, "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert 495 <= target.card(family.standby) <= 500
 
 
 def test_dry_run_writes_nothing(target, tmp_path):

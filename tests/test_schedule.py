@@ -636,3 +636,43 @@ def test_bloomctl_password_reaches_the_server_the_command_line_names(protected, 
     url = f"redis://127.0.0.1:{protected.port}/0"
     result = cli("--config", str(path), "--url", url, "apply", env={"BLOOMCTL_PASSWORD": "shop-secret-pw"})
     assert result.exit_code == 0, result.output
+
+
+def test_a_server_error_names_the_profiles_server_not_the_global_one(plain, tmp_path, cli):
+    """A full profile server refused the lock's SET; the error named $BLOOMCTL_URL's server (or
+    localhost), which the run never talked to."""
+    (tmp_path / "s.csv").write_text("id\n1\n2\n")
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n[filters.s1]\ncapacity = 10\nerror_rate = "1%"\nsource.csv = "s.csv"\n'
+    )
+    admin = plain.client()
+    used = int(admin.info("memory")["used_memory"])
+    admin.config_set("maxmemory", str(max(used // 2, 1)))
+    try:
+        result = cli(
+            "--config", str(path), "rebuild", "s1", env={"BLOOMCTL_URL": "redis://:hunter2@elsewhere.invalid:6380/3"}
+        )
+    finally:
+        admin.config_set("maxmemory", "0")
+    assert result.exit_code == 3, result.output
+    assert f"127.0.0.1:{plain.port}" in result.stderr or f"localhost:{plain.port}" in result.stderr, result.stderr
+    assert "elsewhere" not in result.stderr and "hunter2" not in result.output
+
+
+def test_a_wrong_profile_password_names_its_variable_never_the_password(plain, tmp_path, cli):
+    import redis
+
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\npassword_env = "RPW"\n[filters.s1]\ncapacity = 10\nerror_rate = "1%"\n'
+    )
+    admin = plain.client()
+    admin.config_set("requirepass", "right-one")
+    try:
+        result = cli("--config", str(path), "check", env={"RPW": "wr0ng-s3cret"})
+    finally:
+        redis.Redis(port=plain.port, password="right-one").config_set("requirepass", "")
+    assert result.exit_code == 3, result.output
+    assert "authentication failed" in result.stdout and "$RPW" in result.stdout
+    assert "BLOOMCTL_PASSWORD" not in result.output and "wr0ng" not in result.output

@@ -102,7 +102,7 @@ class BloomctlGroup(click.Group):
                 raise
 
             app = ctx.find_object(AppContext)
-            settings = app.settings if app is not None else None
+            settings = (app.in_use or app.settings) if app is not None else None
             if settings is None:
                 _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}", ctx)
             _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags), ctx)

@@ -21,6 +21,8 @@ class AppContext:
         # the connection options given on the command line: they win over a profile's
         self.overrides: dict[str, Any] = dict(overrides or {})
         self._profiles: dict[str, Any] = {}
+        self._profile_settings: dict[str, Any] = {}
+        self.in_use: Any = None  # the settings of the profile last connected to (an error names its server)
 
     @property
     def settings(self) -> Any:
@@ -75,14 +77,17 @@ class AppContext:
         if name not in self._profiles:
             profile = self.config.profiles.get(name)
             if profile is None:
+                self.in_use = None
                 self._profiles[name] = (self.client, self.server)
             else:
                 from bloomctl.connection import connect
                 from bloomctl.declarations import settings_for
                 from bloomctl.server import detect
 
-                client = connect(settings_for(profile, **self.overrides))
+                self.in_use = self._profile_settings[name] = settings_for(profile, **self.overrides)
+                client = connect(self.in_use)
                 self._profiles[name] = (client, detect(client))
+        self.in_use = self._profile_settings.get(name)
         return self._profiles[name]
 
     def close(self) -> None:

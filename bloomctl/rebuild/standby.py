@@ -84,6 +84,12 @@ def prepare_standbys(
     replaced, freed = 0, {}
     for member in targets.families:
         if backends.key_type(client, member.standby) != b"none":
+            if not options.force and not client.hget(member.standby_meta, "state"):
+                raise StateConflict(
+                    "%r holds a filter that no bloomctl rebuild or restore made (it has no standby metadata): "
+                    "a rebuild would replace it; swap it in, move it away, or pass --force to replace it",
+                    to_display(member.standby),
+                )
             stale = backends.for_key(client, member.standby, "standby")
             replaced += stale.card(client, member.standby)
             freed[member.standby] = stale.info(client, member.standby, with_header=False).size_bytes
