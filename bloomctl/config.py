@@ -484,6 +484,7 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
             found.append((("profiles", name), "give password_file or password_env, not both"))
     filters = data.get("filters", {}) if isinstance(data.get("filters"), dict) else {}
     keys: dict[str, str] = {}
+    profile_of: dict[str, Any] = {}
     for name, body in filters.items():
         if not NAME.fullmatch(name):
             found.append(
@@ -498,7 +499,8 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
         if key in keys:  # (on another profile too: the metrics and `rebuild KEY` name a filter by its key)
             found.append((("filters", name, "key"), f"the key {key!r} is declared by {keys[key]!r} too"))
         keys.setdefault(key, name)
-        found += _family_clashes(name, key, keys)
+        profile_of[name] = body.get("profile", "default")
+        found += _family_clashes(name, key, profile_of[name], keys, profile_of)
         other = filters.get(key)
         if key != name and isinstance(other, dict):
             found.append(
@@ -510,10 +512,22 @@ def _rules(data: dict[str, Any]) -> list[tuple[tuple[str, ...], str]]:
     return found
 
 
-def _family_clashes(name: str, key: str, keys: dict[str, str]) -> list[tuple[tuple[str, ...], str]]:
-    """``key`` against the keys declared before it: two keys whose companions (standby, old, meta,
-    lock, a window's buckets) share names (``cq`` and ``{cq}``), or a key that is one of another's
-    companions (``{users}:standby``): a rebuild of one would replace or rewrite the other."""
+# the names bloomctl keeps beside a filter (prefix:ROLE...): keys.KeyFamily, a build's, a probe's,
+# a restore's, and a window's buckets (prefix:YYYY-MM-DD, prefix:YYYY-MM-DDTHH)
+_COMPANION = re.compile(
+    r"(standby|old|lock|meta|standby:meta|old:meta|standby:log|restore|restore:meta|build(:.*)?|probe:.*"
+    r"|\d{4}-\d{2}-\d{2}(T\d{2})?)",
+    re.S,
+)
+
+
+def _family_clashes(
+    name: str, key: str, profile: Any, keys: dict[str, str], profiles: dict[str, Any]
+) -> list[tuple[tuple[str, ...], str]]:
+    """``key`` against the keys declared before it on the same profile: two keys whose companions
+    (standby, old, meta, lock, a window's buckets) share names (``cq`` and ``{cq}``), or a key that
+    is one of another's companions (``{users}:standby``): a rebuild of one would replace or rewrite
+    the other. (``shop:{users}`` and ``shop:{users}:v2`` are two filters, not companions.)"""
     from bloomctl.errors import UsageError
     from bloomctl.keys import KeyFamily
 
@@ -523,8 +537,8 @@ def _family_clashes(name: str, key: str, keys: dict[str, str]) -> list[tuple[tup
         return []
     found: list[tuple[tuple[str, ...], str]] = []
     for other_key, other_name in keys.items():
-        if other_name == name:
-            continue
+        if other_name == name or other_key == key or profiles.get(other_name, "default") != profile:
+            continue  # (the same key twice is a problem of its own)
         theirs = KeyFamily.of(other_key).prefix
         if theirs == mine:
             found.append(
@@ -534,15 +548,19 @@ def _family_clashes(name: str, key: str, keys: dict[str, str]) -> list[tuple[tup
                     f"({theirs.decode('utf-8', 'replace')}:standby, :meta...): choose another key",
                 )
             )
-        elif key.encode().startswith(theirs + b":") or other_key.encode().startswith(mine + b":"):
-            inner, outer = (key, other_name) if key.encode().startswith(theirs + b":") else (other_key, name)
-            found.append(
-                (
-                    ("filters", name, "key"),
-                    f"the key {inner!r} is among the companion keys of {outer!r} (its standby, old filter, "
-                    "metadata or buckets): a rebuild of one would replace the other; choose another key",
+            continue
+        for inner, outer, prefix in ((key, other_name, theirs), (other_key, name, mine)):
+            raw = inner.encode()
+            if raw.startswith(prefix + b":") and _COMPANION.fullmatch(
+                raw[len(prefix) + 1 :].decode("utf-8", "replace")
+            ):
+                found.append(
+                    (
+                        ("filters", name, "key"),
+                        f"the key {inner!r} is among the companion keys of {outer!r} (its standby, old filter, "
+                        "metadata or buckets): a rebuild of one would replace the other; choose another key",
+                    )
                 )
-            )
     return found
 
 

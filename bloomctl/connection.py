@@ -395,8 +395,9 @@ def connection_error(
     where = settings.redacted_url
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
         if settings.password_from:
+            user = "the URL's user and " if urlsplit(settings.url).username else ""
             return ConnectionFailed(
-                "authentication failed at %s (check the password in %s)", where, settings.password_from
+                "authentication failed at %s (check %sthe password in %s)", where, user, settings.password_from
             )
         return ConnectionFailed(
             "authentication failed at %s (check the URL's user and password, %s or `" + password_option + "`)",

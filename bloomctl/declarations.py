@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bloomctl.config import Config, Declared, Profile, parse_duration
-from bloomctl.connection import ConnectionSettings, settings_from
+from bloomctl.connection import ConnectionSettings, settings_from, url_has_secret
 from bloomctl.defaults import PASSWORD_ENV
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.metadata import RECIPE, recipe_field
@@ -60,8 +60,8 @@ def settings_for(profile: Profile | None, environ: dict[str, str] | None = None,
     settings = settings_from(environ=env, **{k: v for k, v in kwargs.items() if v is not None})
     if profile is not None and not override.get("password_file"):
         source = f"${profile.password_env}" if profile.password_env else profile.password_file
-        if source and settings.password is not None:
-            settings = dataclasses.replace(settings, password_from=source)
+        if source and settings.password is not None and not url_has_secret(settings.url):
+            settings = dataclasses.replace(settings, password_from=source)  # (a URL's own password wins)
     return settings
 
 

@@ -36,7 +36,7 @@ from bloomctl.manifest import Manifest, new_manifest, read_manifest, write_manif
 from bloomctl.memory import check_memory
 from bloomctl.metadata import LOADED, LOADING, RECIPE, check_companions, metadata_for, read_metadata
 from bloomctl.planner import MAX_EXPANSION, Plan, SubFilter, plan
-from bloomctl.rebuild.standby import is_out_of_memory, new_generation
+from bloomctl.rebuild.standby import is_out_of_memory, new_generation, refuse_unowned_standby
 from bloomctl.routing import ROUTING
 from bloomctl.server import ServerInfo
 from bloomctl.single import check_family, check_recipe
@@ -828,6 +828,7 @@ def _prepare(
     MULTI). Returns the writers and this run's generation."""
     for member in families:
         check_family(client, member)
+        refuse_unowned_standby(client, member, "a restore")
         _clear_scratch(client, member)
     # RedisBloom 2.x cuckoo filters are written a second time for their replicas (RESTORE ... REPLACE
     # holds the new copy before it frees the loaded one)

@@ -434,7 +434,13 @@ def test_keys_whose_companions_meet_are_refused(tmp_path):
         f'[filters.bucket]\nkey = "{{dedupe}}:2026-12-02"{body}'
         '[filters.dedupe]\ntype = "windowed"\ncapacity = 10\nerror_rate = "1%"\nwindow.period = "1d"\nwindow.keep = 2\n'
         f'[filters.alike]\nkey = "{{cqq}}"{body}'
-        f'[filters.alike2]\nkey = "cp:xy"{body}',
+        f'[filters.alike2]\nkey = "cp:xy"{body}'
+        f'[filters.shop]\nkey = "shop:{{users}}"{body}'  # two filters, not companions
+        f'[filters.shop2]\nkey = "shop:{{users}}:v2"{body}'
+        f'[filters.tenant]\nkey = "{{tenant}}:users"{body}'
+        f'[filters.tenant2]\nkey = "{{tenant}}:users:emails"{body}'
+        '[profiles.eu]\nurl = "redis://eu"\n'
+        f'[filters.eu]\nkey = "{{cp:x}}"\nprofile = "eu"{body}',  # another server: its own companions
     )
     texts = {line: text for line, text in found}
     assert len(found) == 3, found

@@ -603,14 +603,17 @@ def test_a_first_build_keeps_the_writes_made_during_it(ctarget, tmp_path):
     """No active filter yet: an application's dual write (any language) is logged for the new filter,
     and answers 'not found' as a Bloom filter's does; after the swap the item is there."""
     csv = write_csv(tmp_path / "u.csv", 3000)
-    thread, outcome = start_rebuild(ctarget, "fresh", csv, filter_type="cuckoo", backend=backend_choice(ctarget))
-    family = KeyFamily.of("fresh")
-    keys = [family.active, family.standby, family.standby_meta, family.standby_log, family.lock]
     from bloomctl.backends.library import Library
 
     Library().ensure(ctarget.client)  # as `bloomctl functions install` does for an application
+    thread, outcome = start_rebuild(  # a load of 3 s: the write below lands during it on a busy machine too
+        ctarget, "fresh", csv, filter_type="cuckoo", backend=backend_choice(ctarget), max_rate=1_000
+    )
+    family = KeyFamily.of("fresh")
+    keys = [family.active, family.standby, family.standby_meta, family.standby_log, family.lock]
     with pytest.raises(Exception, match=r"^not found$"):
         ctarget.client.execute_command("FCALL", "bloomctl_cf_dual", 5, *keys, "add", "early")
+    assert read_metadata(ctarget.client, family.standby_meta).get("dual") == "log"  # (it was during the load)
     logged = ctarget.client.llen(family.standby_log)
     thread.join(60)
     assert "error" not in outcome, outcome

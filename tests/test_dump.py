@@ -690,3 +690,16 @@ def test_restore_onto_a_key_of_another_type(plain, cli):
     result = cli("restore", "queue", "--swap", input=data, url=plain.url)
     assert result.exit_code == 5 and "'queue'" in result.stderr and "list" in result.stderr, result.stderr
     assert client.lrange("queue", 0, -1) == [b"job:1"] and not client.exists("{queue}:restore", "{queue}:standby")
+
+
+def test_a_restore_never_replaces_a_standby_made_by_hand(target):
+    """As a rebuild: a filter at the standby's name without bloomctl's metadata is refused (exit 5), untouched."""
+    fill(target, "users", 500)
+    data = dump_bytes(target, "users")
+    family = KeyFamily.of("copy")
+    target.reserve(family.standby, 100)
+    target.add(family.standby, ["hand-1"])
+    refused = restore(target, "copy", data)
+    assert refused.exit_code == 5, refused.stderr
+    assert "without bloomctl's metadata" in refused.stderr
+    assert target.card(family.standby) == 1 and not target.client.exists(family.active)

@@ -108,21 +108,39 @@ def test_crashed_standby_is_replaced_and_said(target, tmp_path):
     assert 495 <= target.card(family.standby) <= 500  # a fresh standby: 500 adds, no leftovers counted
 
 
-def test_a_standby_no_rebuild_made_is_not_replaced_without_force(target, tmp_path):
-    """A filter at the standby's name without a standby's metadata (made by hand to swap in, or
-    another application's key) is refused, untouched; --force replaces it."""
+def test_a_standby_without_metadata_is_never_replaced(target, tmp_path):
+    """A filter at the standby's name without any metadata (made by hand to swap in, or another
+    application's key) is refused by a rebuild, --force or not, untouched; removed, the rebuild runs."""
     family = KeyFamily.of("users")
     target.reserve(family.standby, 100)
     target.add(family.standby, ["hand-1", "hand-2"])
     path = write_csv(tmp_path / "u.csv", 500)
     args = ["rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name]
-    refused = target.cli(*args)
-    assert refused.exit_code == 5, refused.stderr
-    assert "no standby metadata" in refused.stderr and "--force" in refused.stderr
-    assert target.card(family.standby) == 2 and not target.client.exists(family.active)
-    forced = target.cli(*args, "--force")
-    assert forced.exit_code == 0, forced.stderr
+    for extra in ([], ["--force"]):
+        refused = target.cli(*args, *extra)
+        assert refused.exit_code == 5, refused.stderr
+        assert "without bloomctl's metadata" in refused.stderr and "bloomctl swap users" in refused.stderr
+        assert target.card(family.standby) == 2 and not target.client.exists(family.active)
+    target.client.delete(family.standby)
+    assert target.cli(*args).exit_code == 0
     assert 495 <= target.card(family.standby) <= 500
+
+
+def test_a_rebuild_after_a_swap_and_a_rollback_replaces_the_rolled_back_filter(target, tmp_path):
+    """A rollback moves the filter it undoes into the standby slot with its metadata (a reserve's:
+    no rebuild state): the next rebuild replaces it, as before."""
+    family = KeyFamily.of("users")
+    assert target.cli("reserve", "users", "-c", "1000", "-e", "1%", "--backend", target.backend.name).exit_code == 0
+    v2 = "{users}:v2"
+    assert target.cli("reserve", v2, "-c", "1000", "-e", "1%", "--backend", target.backend.name).exit_code == 0
+    swapped = target.cli("swap", "users", "--standby", v2, "--yes", "--allow-shrink")
+    assert swapped.exit_code == 0, swapped.stderr
+    assert target.cli("rollback", "users", "--yes").exit_code == 0
+    assert target.client.exists(family.standby) and target.client.exists(family.standby_meta)
+    path = write_csv(tmp_path / "u.csv", 500)
+    rebuilt = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--backend", target.backend.name, "--swap")
+    assert rebuilt.exit_code == 0, rebuilt.stderr
+    assert "replacing the standby" in rebuilt.stderr and 495 <= target.card("users") <= 500
 
 
 def test_dry_run_writes_nothing(target, tmp_path):

@@ -16,7 +16,7 @@ from bloomctl import backends
 from bloomctl.backends import Backend
 from bloomctl.client import RedisClient
 from bloomctl.errors import OutOfMemory, StateConflict
-from bloomctl.keys import to_display
+from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lock import FilterLock
 from bloomctl.memory import check_memory
 from bloomctl.metadata import LOADING, RECIPE, mark_state, metadata_for
@@ -38,6 +38,21 @@ def is_out_of_memory(exc: BaseException) -> bool:
     that carries Redis's OOM error."""
     text = str(exc)
     return type(exc).__name__ == "OutOfMemoryError" or "command not allowed when used memory" in text
+
+
+def refuse_unowned_standby(client: RedisClient, family: KeyFamily, what: str) -> None:
+    """A filter at the standby's name without any metadata was made by hand (to swap in) or is
+    another application's key: never replaced. (A killed run's standby, or the filter a rollback
+    moved there, has its metadata.)"""
+    if backends.key_type(client, family.standby) != b"none" and not client.exists(family.standby_meta):
+        raise StateConflict(
+            "%r holds a filter without bloomctl's metadata (%r is missing): made by hand, or another "
+            "application's; %s would replace it: swap it in (`bloomctl swap %s`), or remove it, then run again",
+            to_display(family.standby),
+            to_display(family.standby_meta),
+            what,
+            to_display(family.active),
+        )
 
 
 def new_generation() -> str:
@@ -84,12 +99,7 @@ def prepare_standbys(
     replaced, freed = 0, {}
     for member in targets.families:
         if backends.key_type(client, member.standby) != b"none":
-            if not options.force and not client.hget(member.standby_meta, "state"):
-                raise StateConflict(
-                    "%r holds a filter that no bloomctl rebuild or restore made (it has no standby metadata): "
-                    "a rebuild would replace it; swap it in, move it away, or pass --force to replace it",
-                    to_display(member.standby),
-                )
+            refuse_unowned_standby(client, member, "a rebuild")
             stale = backends.for_key(client, member.standby, "standby")
             replaced += stale.card(client, member.standby)
             freed[member.standby] = stale.info(client, member.standby, with_header=False).size_bytes
