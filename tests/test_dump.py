@@ -134,6 +134,9 @@ def test_a_bad_file_changes_nothing(target):
     standby = KeyFamily.of("live").standby  # a rebuild's standby waiting for its swap survives too
     target.reserve(standby, 10_000)
     target.add(standby, ITEMS[:450])
+    target.client.hset(  # (its metadata, as a rebuild leaves it)
+        KeyFamily.of("live").standby_meta, mapping={"state": "verified", "created_by": "bloomctl 0.1.0"}
+    )
     before_bits, before_keys, before_standby = target.dump("live"), keys_of(target.client), target.dump(standby)
     data = dump_bytes(target, "users")
     for name, (bad, expected) in _corruptions(data).items():
