@@ -516,7 +516,11 @@ def start_rebuild(ctarget, key: str, csv: str, **options):
 
     def run() -> None:
         try:
-            opts = RebuildOptions(**{"max_rate": 10_000, "swap": True, "allow_shrink": True, **options})
+            # batches of 100: max_rate paces the batches after the first, and RedisBloom's default
+            # batch (5000) held the whole source: no pause at all, a load of 15 ms
+            opts = RebuildOptions(
+                **{"max_rate": 10_000, "swap": True, "allow_shrink": True, "batch_size": 100, **options}
+            )
             outcome["report"] = rebuild(ctarget.client, server, key, open_source(csv_path=csv), opts)
         except BaseException as exc:
             outcome["error"] = exc
@@ -524,7 +528,11 @@ def start_rebuild(ctarget, key: str, csv: str, **options):
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 10
-    while read_metadata(ctarget.client, KeyFamily.of(key).standby_meta).get("dual") != "log":
+    family = KeyFamily.of(key)
+    # (the metadata is written before the standby is reserved: writes log once both are there)
+    while read_metadata(ctarget.client, family.standby_meta).get("dual") != "log" or not ctarget.client.exists(
+        family.standby
+    ):
         assert time.monotonic() < deadline and thread.is_alive(), outcome
         time.sleep(0.005)
     return thread, outcome
