@@ -49,21 +49,16 @@ class Collection:
         family.samples.append((labels, float(value)))
 
 
-def rebuild_state(client: Any, key: str, metadata: dict[str, str]) -> str:
+def rebuild_state(client: Any, key: str, metadata: dict[str, str], manifest: Any = None) -> str:
     """How the filter's last rebuild ended: a standby's state when one is there (loading, failed,
-    interrupted, verified: waiting for its swap; a sharded filter's worst member's), else the active
-    filter's (verified, loaded), else none (never rebuilt: reserved, or restored). A standby still
-    marked loading while no run holds the filter's lock was left by a run that died (kill -9, a
-    lost machine): interrupted."""
+    interrupted, verified: waiting for its swap; a sharded filter's worst member's, ``manifest``
+    the filter's as already read), else the active filter's (verified, loaded), else none (never
+    rebuilt: reserved, or restored). A standby still marked loading while no run holds the
+    filter's lock was left by a run that died (kill -9, a lost machine): interrupted."""
     from bloomctl.keys import KeyFamily
-    from bloomctl.manifest import read_manifest
     from bloomctl.metadata import read_metadata
 
     family = KeyFamily.of(key)
-    try:
-        manifest = read_manifest(client, key)
-    except StateConflict:
-        manifest = None
     found = []
     for member in manifest.families if manifest is not None else [family]:
         try:
@@ -230,7 +225,7 @@ class Exporter:
             labels,
             built_at(summary.metadata),
         )
-        state = rebuild_state(client, decl.key, summary.metadata)
+        state = rebuild_state(client, decl.key, summary.metadata, summary.manifest)
         for name in REBUILD_STATES:
             out.add(
                 "bloomctl_last_rebuild_state",

@@ -4,6 +4,7 @@ example file of three filters run end to end on a password-protected server and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -660,19 +661,28 @@ def test_a_server_error_names_the_profiles_server_not_the_global_one(plain, tmp_
     assert "elsewhere" not in result.stderr and "hunter2" not in result.output
 
 
-def test_a_wrong_profile_password_names_its_variable_never_the_password(plain, tmp_path, cli):
+PASSWORD_ENV_FILE = (
+    '[profiles.default]\nurl = "{url}"\npassword_env = "RPW"\n[filters.s1]\ncapacity = 10\nerror_rate = "1%"\n'
+)
+
+
+@contextlib.contextmanager
+def requirepass(server, password: str):
+    """The server asks for ``password`` inside the block (and for none again after it)."""
     import redis
 
-    path = tmp_path / "bloomctl.toml"
-    path.write_text(
-        f'[profiles.default]\nurl = "{plain.url}"\npassword_env = "RPW"\n[filters.s1]\ncapacity = 10\nerror_rate = "1%"\n'
-    )
-    admin = plain.client()
-    admin.config_set("requirepass", "right-one")
+    server.client().config_set("requirepass", password)
     try:
-        result = cli("--config", str(path), "check", env={"RPW": "wr0ng-s3cret"})
+        yield
     finally:
-        redis.Redis(port=plain.port, password="right-one").config_set("requirepass", "")
+        redis.Redis(port=server.port, password=password).config_set("requirepass", "")
+
+
+def test_a_wrong_profile_password_names_its_variable_never_the_password(plain, tmp_path, cli):
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(PASSWORD_ENV_FILE.format(url=plain.url))
+    with requirepass(plain, "right-one"):
+        result = cli("--config", str(path), "check", env={"RPW": "wr0ng-s3cret"})
     assert result.exit_code == 3, result.output
     assert "authentication failed" in result.stdout and "$RPW" in result.stdout
     assert "BLOOMCTL_PASSWORD" not in result.output and "wr0ng" not in result.output
@@ -681,28 +691,14 @@ def test_a_wrong_profile_password_names_its_variable_never_the_password(plain, t
 def test_the_password_hint_names_what_was_sent(plain, tmp_path, cli):
     """The command line's URL password wins over the profile's $RPW: the hint must not blame $RPW;
     a URL naming a user keeps 'the URL's user' in the hint."""
-    import redis
-
     path = tmp_path / "bloomctl.toml"
-    path.write_text(
-        f'[profiles.default]\nurl = "{plain.url}"\npassword_env = "RPW"\n[filters.s1]\ncapacity = 10\nerror_rate = "1%"\n'
-    )
-    admin = plain.client()
-    admin.config_set("requirepass", "right-one")
-    try:
-        url_wins = cli(
-            "--config",
-            str(path),
-            "--url",
-            f"redis://:wr0ng@127.0.0.1:{plain.port}/0",
-            "check",
-            env={"RPW": "right-one"},
-        )
-        user_url = tmp_path / "u.toml"
-        user_url.write_text(path.read_text().replace(plain.url, f"redis://alice@127.0.0.1:{plain.port}/0"))
+    path.write_text(PASSWORD_ENV_FILE.format(url=plain.url))
+    user_url = tmp_path / "u.toml"
+    user_url.write_text(PASSWORD_ENV_FILE.format(url=f"redis://alice@127.0.0.1:{plain.port}/0"))
+    wrong_url = f"redis://:wr0ng@127.0.0.1:{plain.port}/0"
+    with requirepass(plain, "right-one"):
+        url_wins = cli("--config", str(path), "--url", wrong_url, "check", env={"RPW": "right-one"})
         no_such_user = cli("--config", str(user_url), "check", env={"RPW": "right-one"})
-    finally:
-        redis.Redis(port=plain.port, password="right-one").config_set("requirepass", "")
     assert url_wins.exit_code == 3 and "authentication failed" in url_wins.stdout
     assert "$RPW" not in url_wins.stdout and "wr0ng" not in url_wins.output
     assert no_such_user.exit_code == 3 and "the URL's user and the password in $RPW" in no_such_user.stdout
