@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from benchmarks._common import start_server
 from bloomctl import backends
-from bloomctl.planner import plan
+from bloomctl.sizing.bloom import plan
 
 PIPELINE_DEPTH = 8
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from benchmarks._common import start_server
 from bloomctl.backends.library import Library, functions_source
-from bloomctl.cuckoo_planner import full_load, lookup_fpr, next_power_of_two
+from bloomctl.sizing.cuckoo import full_load, lookup_fpr, next_power_of_two
 
 BATCH = 1000
 

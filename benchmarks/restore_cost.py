@@ -22,12 +22,12 @@ import time
 import redis
 
 from benchmarks._common import cpu_seconds, slowest_command, start_server
-from bloomctl import dumpfile
-from bloomctl.connection import connect, settings_from
-from bloomctl.lifecycle import reserve
-from bloomctl.planner import parse_count, plan
-from bloomctl.server import detect
-from bloomctl.transfer import read_filter, restore
+from bloomctl.lifecycle.front import reserve
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import connect, settings_from
+from bloomctl.sizing.bloom import parse_count, plan
+from bloomctl.transfer import dumpfile
+from bloomctl.transfer.core import read_filter, restore
 
 
 def measure(client: redis.Redis, pid: int, run) -> tuple[float, float, tuple[str, int] | None]:

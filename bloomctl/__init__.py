@@ -17,17 +17,17 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it
 _PUBLIC = {
-    "Filter": "bloomctl.filters",
-    "ShardedFilter": "bloomctl.filters",
-    "open_filter": "bloomctl.filters",
-    "WindowedFilter": "bloomctl.window",
-    "plan": "bloomctl.planner",
-    "Plan": "bloomctl.planner",
-    "connect": "bloomctl.connection",
-    "settings_from": "bloomctl.connection",
-    "detect": "bloomctl.server",
+    "Filter": "bloomctl.filters.bloom",
+    "ShardedFilter": "bloomctl.filters.bloom",
+    "open_filter": "bloomctl.filters.bloom",
+    "WindowedFilter": "bloomctl.window.core",
+    "plan": "bloomctl.sizing.bloom",
+    "Plan": "bloomctl.sizing.bloom",
+    "connect": "bloomctl.server.connection",
+    "settings_from": "bloomctl.server.connection",
+    "detect": "bloomctl.server.capabilities",
     "KeyFamily": "bloomctl.keys",
-    "FilterLock": "bloomctl.lock",
+    "FilterLock": "bloomctl.lifecycle.lock",
     "RebuildOptions": "bloomctl.rebuild",
     "open_source": "bloomctl.sources",
     "BloomctlError": "bloomctl.errors",
@@ -54,16 +54,16 @@ __all__ = [  # noqa: RUF022 - in the order of _PUBLIC
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checkers and editors
-    from bloomctl.connection import connect, settings_from
     from bloomctl.errors import BloomctlError, ExitCode
-    from bloomctl.filters import Filter, ShardedFilter, open_filter
+    from bloomctl.filters.bloom import Filter, ShardedFilter, open_filter
     from bloomctl.keys import KeyFamily
-    from bloomctl.lock import FilterLock
-    from bloomctl.planner import Plan, plan
+    from bloomctl.lifecycle.lock import FilterLock
     from bloomctl.rebuild import RebuildOptions
-    from bloomctl.server import detect
+    from bloomctl.server.capabilities import detect
+    from bloomctl.server.connection import connect, settings_from
+    from bloomctl.sizing.bloom import Plan, plan
     from bloomctl.sources import open_source
-    from bloomctl.window import WindowedFilter
+    from bloomctl.window.core import WindowedFilter
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ must hold, computed without asking the module.
 
 from __future__ import annotations
 
-from bloomctl.planner import ERROR_TIGHTENING_RATIO, SubFilter
+from bloomctl.sizing.bloom import ERROR_TIGHTENING_RATIO, SubFilter
 
 M64 = 0xFFFFFFFFFFFFFFFF
 _M = 0xC6A4A7935BD1E995

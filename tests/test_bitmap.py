@@ -21,7 +21,7 @@ from bloomctl.backends.bitmap import (
     positions,
 )
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
-from bloomctl.planner import plan
+from bloomctl.sizing.bloom import plan
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 
@@ -202,7 +202,7 @@ def test_script_mode_survives_a_script_flush(plain):
 
 
 def test_functions_on_every_cluster_master(cluster):
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(cluster.url))
     backend = Bitmap()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from bloomctl import backends
-from bloomctl.connection import connect, settings_from
 from bloomctl.keys import to_bytes
+from bloomctl.server.connection import connect, settings_from
 from tests.fixtures.redis import Cli
 from tests.servers import free_port
 
@@ -300,7 +300,7 @@ def test_a_sharded_filter_with_a_member_gone_fails_exists(plain, tmp_path, cli):
     ok = cli("--config", str(path), "check", "--format", "json", "--no-server-checks")
     assert ok.exit_code == 0, ok.output
     assert "sharded bloom filter of 3" in json.loads(ok.stdout)["results"][0]["message"]
-    from bloomctl.manifest import read_manifest
+    from bloomctl.lifecycle.manifest import read_manifest
 
     client = client_of(plain)
     client.delete(read_manifest(client, "big").members[1])
@@ -395,9 +395,9 @@ def test_apply_plans_a_sourced_filter_the_build_would_refuse_as_invalid(plain, t
 
 def test_check_apply_and_the_exporter_never_load_the_function_library(plain, tmp_path, cli):
     """Reads only: a module-free filter is read through the script cache, FUNCTION LOAD is a write."""
-    from bloomctl.config import load
-    from bloomctl.exporter import Exporter
-    from bloomctl.server import detect
+    from bloomctl.declared.config import load
+    from bloomctl.declared.exporter import Exporter
+    from bloomctl.server.capabilities import detect
 
     path = tmp_path / "r.toml"
     path.write_text(f'[profiles.default]\nurl = "{plain.url}"\n[filters.a]\ncapacity = 100\nerror_rate = "1%"\n')

@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bloomctl import backends
 from bloomctl.keys import KeyFamily
-from bloomctl.metadata import read_metadata
-from bloomctl.planner import plan
+from bloomctl.lifecycle.metadata import read_metadata
+from bloomctl.sizing.bloom import plan
 from tests.bloom_model import ModelChain
 
 rb = backends.get("redisbloom")

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from bloomctl.errors import KeyMissing
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
-from bloomctl.metadata import read_metadata
+from bloomctl.lifecycle.metadata import read_metadata
 
 pytest.importorskip("numpy")
 
@@ -87,7 +87,7 @@ def test_auto_builds_in_the_client_and_the_log_says_so(target, tmp_path):
 
 def test_a_probe_mismatch_falls_back_to_the_server_path(target, tmp_path, monkeypatch):
     """A server that hashes otherwise (simulated: the client's hash is perturbed) is built by the server."""
-    from bloomctl.build import bitmap, murmur
+    from bloomctl.rebuild.build import bitmap, murmur
 
     monkeypatch.setattr(murmur, "SEED", 12345)
     real_positions = bitmap.positions
@@ -156,7 +156,7 @@ def test_sharded_client_build_equals_the_server_build(target, tmp_path):
     args = ["-c", "12000", "-e", "1%", "--nonscaling", "--shards", "3", "--backend", target.backend.name]
     assert rebuild(target, "c", path, *args, "--build", "client")["build"] == "client"
     assert rebuild(target, "s", path, *args, "--build", "server")["build"] == "server"
-    from bloomctl.manifest import read_manifest
+    from bloomctl.lifecycle.manifest import read_manifest
 
     for member_c, member_s in zip(
         read_manifest(target.client, "c").members, read_manifest(target.client, "s").members, strict=True
@@ -210,7 +210,7 @@ def test_dual_writes_through_a_client_build_are_never_lost(target, tmp_path, rat
 def spy_on_standby_reads(monkeypatch, write=None) -> list[bytes]:
     """Record every full read of a standby's bits; ``write(key)`` runs after each upload (the
     application writing to the standby between the upload and the cutover)."""
-    from bloomctl.build import redisbloom
+    from bloomctl.rebuild.build import redisbloom
 
     real_read, real_upload, reads = redisbloom.read_bits, redisbloom.upload_chunks, []
 
@@ -282,7 +282,7 @@ def test_dual_writes_that_never_stop_send_the_build_to_the_server(target, tmp_pa
 
 def test_without_numpy_auto_builds_on_the_server(target, tmp_path, monkeypatch):
     """The plain install (no numpy) keeps the server path; asking for the client says what to install."""
-    from bloomctl import build
+    from bloomctl.rebuild import build
 
     monkeypatch.setattr(build, "available", lambda: False)
     path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(1000)])
@@ -436,7 +436,7 @@ def test_a_failed_upload_leaves_no_copy_of_the_filter(target, tmp_path, monkeypa
         pytest.skip("the bitmap upload ORs into the standby: no copy is made")
     import redis
 
-    from bloomctl.build import redisbloom
+    from bloomctl.rebuild.build import redisbloom
 
     ttls: list[int] = []
 
@@ -488,7 +488,7 @@ def test_dual_writes_during_the_build_are_counted_on_both_backends(target, tmp_p
     on RedisBloom as on the bitmap backend (which counts them in its header already)."""
     if target.backend.name != where:
         pytest.skip("one backend per case")
-    from bloomctl.build import bitmap, redisbloom
+    from bloomctl.rebuild.build import bitmap, redisbloom
 
     module = redisbloom if where == "redisbloom" else bitmap
     real_finish = module.finish
@@ -510,7 +510,7 @@ def test_an_items_share_does_not_depend_on_the_batches_it_came_in():
     the csv module takes over from pyarrow), each item, and every repeat of it, falls to the
     same process, and every item to exactly one."""
     pa = pytest.importorskip("pyarrow")
-    from bloomctl.build.parallel import take_share
+    from bloomctl.rebuild.build.parallel import take_share
 
     rng = random.Random(11)
     items = [f"item:{rng.randrange(10**6)}".encode() for _ in range(20_000)]
@@ -535,7 +535,7 @@ def test_a_killed_runs_upload_copy_goes_with_the_next_run(target, tmp_path, monk
     within the hour; the next run removes it at once (the standby's metadata names it)."""
     if target.backend.name != "redisbloom":
         pytest.skip("the bitmap upload ORs into the standby: no copy is made")
-    from bloomctl.build import redisbloom
+    from bloomctl.rebuild.build import redisbloom
 
     def killed(client, key, data, starts):
         raise SystemExit(137)  # stands for the end of the process: nothing after this runs ...

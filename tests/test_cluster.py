@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from bloomctl import lifecycle
-from bloomctl.connection import connect, settings_from
-from bloomctl.fill import Thresholds, fill_ratio
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily, key_slot
-from bloomctl.planner import plan
-from bloomctl.server import detect
+from bloomctl.lifecycle import front as lifecycle
+from bloomctl.lifecycle.fill import Thresholds, fill_ratio
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import connect, settings_from
+from bloomctl.sizing.bloom import plan
 
 pytestmark = [pytest.mark.cluster, pytest.mark.matrix]  # matrix: CI runs it on every server
 
@@ -80,7 +80,7 @@ def test_a_slot_in_migration_answers_ask(cluster):
 def test_a_cluster_user_without_info_is_still_recognised(cluster, cli):
     """An ACL user denied INFO: bloomctl asks a keyed command instead and takes the MOVED reply
     (which redis-py parses into MovedError, the word MOVED removed) as the sign of a Cluster."""
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     for node in cluster.nodes:
         node.client().execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info")

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bloomctl import config
-from bloomctl.config import ConfigError, find, json_schema, load, parse_duration
-from bloomctl.declarations import rebuild_values, settings_for, source_values
+from bloomctl.declared import config
+from bloomctl.declared.config import ConfigError, find, json_schema, load, parse_duration
+from bloomctl.declared.declarations import rebuild_values, settings_for, source_values
 from bloomctl.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -401,7 +401,7 @@ def test_bloomctl_password_is_never_sent_to_a_profile(tmp_path):
 
 
 def test_a_percent_encoded_password_name_is_redacted_too():
-    from bloomctl.connection import redact_url
+    from bloomctl.server.connection import redact_url
 
     assert "hunter2" not in redact_url("redis://h:6379/0?pass%77ord=hunter2")
 

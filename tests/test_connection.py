@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bloomctl.connection import ConnectionSettings, connect, redact_url, settings_from
-from bloomctl.server import detect
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import ConnectionSettings, connect, redact_url, settings_from
 from tests.servers import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix

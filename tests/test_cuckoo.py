@@ -14,10 +14,10 @@ import pytest
 from bloomctl.backends import get
 from bloomctl.backends.cuckoo import LUA_HEADER, LUA_MAGIC, LuaCuckoo, lua_positions, parse_lua_header
 from bloomctl.backends.library import SCRIPT
-from bloomctl.cuckoo_planner import FULL_LOAD, cuckoo_plan, full_load, lookup_fpr
 from bloomctl.errors import KeyMissing, StateConflict, UsageError, WrongType
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
+from bloomctl.sizing.cuckoo import FULL_LOAD, cuckoo_plan, full_load, lookup_fpr
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 

@@ -14,13 +14,13 @@ import time
 import pytest
 
 from bloomctl.backends import get
-from bloomctl.connection import connect, settings_from
-from bloomctl.cuckoo_planner import cuckoo_plan, full_load
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
-from bloomctl.metadata import read_metadata
+from bloomctl.lifecycle.metadata import read_metadata
 from bloomctl.rebuild import RebuildOptions, rebuild
-from bloomctl.server import detect
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import connect, settings_from
+from bloomctl.sizing.cuckoo import cuckoo_plan, full_load
 from bloomctl.sources import open_source
 from tests.data import write_csv
 
@@ -294,8 +294,8 @@ def test_a_corrupt_cuckoo_header_is_refused(ctarget):
     nothing written."""
     import io
 
-    from bloomctl import dumpfile
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer import dumpfile
+    from bloomctl.transfer.core import read_filter
 
     cli = ctarget.cli
     assert cli("reserve", "cf", "--type", "cuckoo", "-c", "1000", "--backend", backend_choice(ctarget)).exit_code == 0
@@ -458,7 +458,7 @@ def test_a_cuckoo_filter_written_to_while_it_is_dumped_fails_the_dump(ctarget):
     """Inserts move fingerprints (from a part not read yet into one already read), so a dump that
     sees the filter change is refused rather than written with items missing."""
     from bloomctl.errors import StateConflict
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer.core import read_filter
 
     cli = ctarget.cli
     # several reads: the module-free string in 1 MiB slices; RedisBloom's in 16 MiB chunks
@@ -482,8 +482,8 @@ def test_a_forged_item_count_is_refused(ctarget, where):
     import io
     import struct
 
-    from bloomctl import dumpfile
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer import dumpfile
+    from bloomctl.transfer.core import read_filter
 
     cli = ctarget.cli
     assert cli("reserve", "cf", "--type", "cuckoo", "-c", "1000", "--backend", backend_choice(ctarget)).exit_code == 0
@@ -585,8 +585,8 @@ def test_a_failed_rebuild_stops_the_log(ctarget, tmp_path):
 def test_a_killed_rebuild_stops_the_log_with_its_lock(ctarget):
     """A rebuild killed part-way leaves its standby loading; once its lock is gone, dual writes
     reach the active filter only."""
-    from bloomctl.cuckoo_planner import cuckoo_plan as make_plan
-    from bloomctl.lifecycle import reserve
+    from bloomctl.lifecycle.front import reserve
+    from bloomctl.sizing.cuckoo import cuckoo_plan as make_plan
 
     client = ctarget.client
     reserve(client, detect(client), "cf", make_plan(1000), backend=ctarget.backend.name)
@@ -632,7 +632,7 @@ def test_a_first_build_keeps_the_writes_made_during_it(ctarget, tmp_path):
 def test_a_swap_checks_the_standby_in_its_own_script(ctarget, tmp_path, monkeypatch):
     """A dual write failing on the standby (or a rebuild failing) between the swap's checks and its
     script: the script refuses, nothing is swapped."""
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     csv = write_csv(tmp_path / "u.csv", 100)
     assert (
@@ -659,7 +659,7 @@ def test_distinct_items_whose_murmur_hashes_collide_are_both_kept():
     de-duplication must not take such twins for one item."""
     import struct
 
-    from bloomctl.dedupe import Seen
+    from bloomctl.rebuild.dedupe import Seen
 
     m, mask = 0xC6A4A7935BD1E995, (1 << 64) - 1
     m_inverse = pow(m, -1, 1 << 64)
@@ -681,8 +681,8 @@ def test_distinct_items_whose_murmur_hashes_collide_are_both_kept():
     originals = [b"user:00000000001", b"user:00000000002", b"session:abcdefgh"]
     twins = [twin(x) for x in originals]
     pytest.importorskip("numpy")
-    from bloomctl.build.items import buffers
-    from bloomctl.build.murmur import hash_pair
+    from bloomctl.rebuild.build.items import buffers
+    from bloomctl.rebuild.build.murmur import hash_pair
 
     a, b = hash_pair(*buffers(originals + twins))
     assert list(a[:3]) == list(a[3:]) and list(b[:3]) == list(b[3:])  # the twins Murmur cannot tell apart
@@ -699,7 +699,7 @@ def test_a_dump_sees_writes_that_leave_cf_info_as_it_was(bloom):
     same items during a dump left CF.INFO as it was, and the dump passed with other data than the
     filter's. A second read of the chunks catches it."""
     from bloomctl.errors import StateConflict
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer.core import read_filter
 
     client = bloom.client()
     client.execute_command("CF.RESERVE", "cfg", 64, "BUCKETSIZE", 2, "EXPANSION", 1)

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from bloomctl.cli import main
-from bloomctl.doctor import APPLICATION, COMMANDS, DOCTOR, DOCTOR_CLUSTER, acl_name, command_table_markdown
+from bloomctl.doctor.core import APPLICATION, COMMANDS, DOCTOR, DOCTOR_CLUSTER, acl_name, command_table_markdown
 from bloomctl.keys import KeyFamily
 from tests.fixtures.redis import Cli
 from tests.servers import RedisServer
@@ -180,7 +180,7 @@ def _cluster_lifecycle(cluster) -> None:
     result = op("swap", "users", "--yes", "--min-ratio", "0")
     assert result.exit_code == 0 and op("rollback", "users", "--yes").exit_code == 0, result.stderr
     from bloomctl import open_filter
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     url = f"redis://bloomctl-app:app-pw@127.0.0.1:{cluster.nodes[0].port}/0"
     users = open_filter(connect(settings_from(url, cluster=True)), "users")  # (no INFO: say it is a Cluster)
@@ -245,7 +245,7 @@ def test_the_printed_acl_lines_work(request, tmp_path, server_fixture):
     """The operator line runs the whole lifecycle on the filter's keys, and nothing else; the
     application line looks up and adds (dual writes too), and may not delete, flush or reserve."""
     from bloomctl import open_filter
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     server = request.getfixturevalue(server_fixture)
     admin, cli = server.client(), Cli(server.url)
@@ -413,7 +413,7 @@ def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_
     assert "rename" in found["swap"] and "rename" in found["rollback"]  # scripts' own commands are seen
     for group, names in found.items():
         unlisted = sorted(names - NOT_CHECKED - {acl_name(call) for call in COMMANDS[group]})
-        assert unlisted == [], f"bloomctl {group} sends {unlisted}: add them to COMMANDS in bloomctl/doctor.py"
+        assert unlisted == [], f"bloomctl {group} sends {unlisted}: add them to COMMANDS in bloomctl/doctor/core.py"
 
 
 def test_every_command_of_the_command_line_has_a_row():
@@ -438,7 +438,7 @@ def test_the_docs_show_the_table():
 
 
 def test_key_patterns_cover_the_family_and_escape_glob_characters():
-    from bloomctl.doctor import key_patterns
+    from bloomctl.doctor.core import key_patterns
 
     assert key_patterns([b"users"]) == [b"users", b"{users}:*", b"{*}:users:shard:*"]
     assert key_patterns([b"bf:{u}"])[:2] == [b"bf:{u}", b"bf:{u}:*"]
@@ -494,8 +494,8 @@ def test_doctor_never_loads_the_function_library(plain, cli_plain):
 def test_a_user_denied_discard_gets_the_truth_and_a_clean_connection(plain, cli_plain):
     """Without DISCARD the checking MULTI cannot be ended: the connection is closed, never reused,
     and what the user may not run is still reported."""
-    from bloomctl.connection import connect, settings_from
-    from bloomctl.doctor import diagnose
+    from bloomctl.doctor.core import diagnose
+    from bloomctl.server.connection import connect, settings_from
 
     reserve(cli_plain)
     admin = plain.client()

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from bloomctl.keys import KeyFamily
-from bloomctl.lifecycle import reserve
-from bloomctl.planner import plan
-from bloomctl.server import detect
+from bloomctl.lifecycle.front import reserve
+from bloomctl.server.capabilities import detect
+from bloomctl.sizing.bloom import plan
 from tests.data import write_csv
 from tests.servers import (
     PACKAGED_SERVERS,
@@ -97,7 +97,7 @@ def test_a_dump_file_is_written_whole_or_not_at_all(target, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["users.bfdump"]  # no partial file left
     target.add("users", ["added:later"])
     assert target.cli("dump", "users", "-o", str(path), "--overwrite").exit_code == 0
-    from bloomctl import dumpfile
+    from bloomctl.transfer import dumpfile
 
     with open(path, "rb") as replaced:  # the new dump, whole: it reads to its end and counts the new item
         reader = dumpfile.Reader(replaced)
@@ -163,13 +163,13 @@ def test_sharded_filters_move_whole(target, request):
     assert result.exit_code == 0, result.stderr
     info = target.cli("info", "moved", "--format", "json")
     assert info.exit_code == 0, info.stderr
-    from bloomctl.manifest import read_manifest
+    from bloomctl.lifecycle.manifest import read_manifest
 
     old, new = read_manifest(target.client, b"sharded"), read_manifest(target.client, b"moved")
     assert old is not None and new is not None and new.shards == 3
     for a, b in zip(old.members, new.members, strict=True):
         assert target.dump(b) == target.dump(a)
-    from bloomctl.sharded import describe_sharded
+    from bloomctl.lifecycle.sharded import describe_sharded
 
     assert (
         describe_sharded(target.client, new).as_dict()["items"]
@@ -185,7 +185,7 @@ def test_sharded_filters_move_whole(target, request):
 
 def _standalone_to_cluster(source: RedisServer, cluster: RedisCluster, backend: str, cli) -> None:
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(source.url))
     target = connect(settings_from(cluster.url))
@@ -212,7 +212,7 @@ def _there_and_back(cli, backend, here, there) -> None:
 
 
 def _raw(client, backend, key: bytes) -> bytes:
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer.core import read_filter
 
     dump = read_filter(client, detect(client), key)
     return b"".join(chunk.data for chunk in dump.chunks)
@@ -230,7 +230,7 @@ def test_standalone_to_cluster_redisbloom(bloom, bcluster, cli):
 def test_bitmap_moves_between_products(plain, valkey9, cli, tmp_path):
     """Bitmap filters move from the run's server (Debian's Redis 7 in CI) to Valkey 9 and back."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     bitmap = get("bitmap")
     here = connect(settings_from(plain.url))
@@ -253,7 +253,7 @@ def _rewritten(dump, chunks=None, **changes) -> bytes:
     import io
     import json
 
-    from bloomctl import dumpfile
+    from bloomctl.transfer import dumpfile
 
     header = json.loads(json.dumps(dump.header))
     for name, value in changes.items():
@@ -283,8 +283,8 @@ def test_a_forged_redisbloom_header_is_refused_before_loadchunk(bloom, cli, chan
     header chunk itself (FORCE64 is bit 4, NOROUND bit 1 in bloom.h)."""
     import struct
 
-    from bloomctl import dumpfile
-    from bloomctl.transfer import read_filter
+    from bloomctl.transfer import dumpfile
+    from bloomctl.transfer.core import read_filter
 
     client = bloom.client()
     reserve(client, detect(client), "users", plan(1000, 0.01, 2))
@@ -322,7 +322,7 @@ def test_odd_redisbloom_filters_restore(bloom, cli, args):
 @pytest.mark.redisbloom
 def test_backend_mismatch_says_rebuild_from_the_source(bloom, plain, cli):
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -369,7 +369,7 @@ def test_a_killed_restore_leaves_a_standby_swap_refuses(plain, cli, tmp_path):
     """kill -9 in the middle of a restore: the standby's metadata says `loading`, so a swap refuses
     it; the scratch key carries a TTL; the active filter is untouched."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(4_000_000, 0.01, None), backend="bitmap")  # ~4.6 MB: 5 slices
@@ -416,7 +416,7 @@ def test_copy_never_prints_the_targets_password(plain, cli, workdir):
     guarded = RedisServer(workdir, extra=["--requirepass", secret])
     try:
         from bloomctl.backends import get
-        from bloomctl.connection import connect, settings_from
+        from bloomctl.server.connection import connect, settings_from
 
         client = connect(settings_from(plain.url))
         reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -440,7 +440,7 @@ def test_copy_never_prints_the_targets_password(plain, cli, workdir):
 def test_dump_refuses_a_terminal_and_restore_an_empty_stdin(plain, cli, monkeypatch):
     import bloomctl.cli.transfer as transfer_cli
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -510,9 +510,9 @@ def test_a_dump_of_a_filter_being_written_restores(target):
 def test_a_swap_during_a_dump_fails_the_dump(target):
     """A swap (another filter with the same parameters) between two reads of a dump must not give a
     file whose header is one filter's and whose bits are another's."""
-    from bloomctl import lifecycle
     from bloomctl.errors import StateConflict
-    from bloomctl.transfer import read_filter
+    from bloomctl.lifecycle import front as lifecycle
+    from bloomctl.transfer.core import read_filter
 
     fill(target, "users", n=500, capacity=2000)
     standby = KeyFamily.of("users").standby
@@ -543,8 +543,8 @@ def test_a_swap_during_a_dump_fails_the_dump(target):
 )
 def test_a_malformed_header_is_one_line_and_exit_8(plain, cli, change, value):
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
-    from bloomctl.transfer import read_filter
+    from bloomctl.server.connection import connect, settings_from
+    from bloomctl.transfer.core import read_filter
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -557,7 +557,7 @@ def test_a_malformed_header_is_one_line_and_exit_8(plain, cli, change, value):
 
 def test_dump_to_a_path_that_cannot_be_written(plain, cli, tmp_path):
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -571,9 +571,9 @@ def test_dump_to_a_path_that_cannot_be_written(plain, cli, tmp_path):
 def test_sharded_metadata_and_manifest_guards(cluster, cli, tmp_path):
     """A sharded restore records each member's own plan (capacity per shard); into an existing
     sharded filter of other parameters, or over member keys that exist, it refuses (exit 5)."""
-    from bloomctl.connection import connect, settings_from
-    from bloomctl.manifest import read_manifest
-    from bloomctl.metadata import read_metadata
+    from bloomctl.lifecycle.manifest import read_manifest
+    from bloomctl.lifecycle.metadata import read_metadata
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(cluster.url))
     rows = write_csv(tmp_path / "u.csv", 1000)
@@ -605,7 +605,7 @@ def test_copy_names_the_target_when_the_target_refuses(plain, cli, workdir):
     """An ACL user on the target without PEXPIRE: the error names the target's URL and its
     password's variable, and the MULTI leaves no scratch metadata without a TTL."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -634,7 +634,7 @@ def test_a_killed_restores_leftover_filter_is_replaced(plain, cli):
     """A scratch key holding a bloomctl filter whose metadata expired first is a leftover, not
     someone else's data; anything else there is refused."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -652,7 +652,7 @@ def test_a_dump_only_reads(plain, cli):
     """dump writes nothing to the server it reads: not even the function library, which bitmap
     filters are read through (FUNCTION LOAD is replicated and persisted)."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -668,7 +668,7 @@ def test_a_dump_only_reads(plain, cli):
 def test_copy_to_a_server_that_is_not_there(plain, cli):
     """One line, exit 3, naming the target (not the source); the source is untouched."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")
@@ -683,7 +683,7 @@ def test_copy_to_a_server_that_is_not_there(plain, cli):
 def test_restore_onto_a_key_of_another_type(plain, cli):
     """KEY holds someone else's data (a list): exit 5, the key named, the list untouched."""
     from bloomctl.backends import get
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     reserve(client, detect(client), "users", plan(1000, 0.01, None), backend="bitmap")

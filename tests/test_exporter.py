@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bloomctl import backends
-from bloomctl.config import load
-from bloomctl.connection import connect, settings_from
-from bloomctl.exporter import Exporter, serve
-from bloomctl.server import detect
+from bloomctl.declared.config import load
+from bloomctl.declared.exporter import Exporter, serve
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import connect, settings_from
 from tests.servers import RedisServer, free_port
 
 
@@ -139,7 +139,7 @@ def test_the_endpoint_stays_up_while_the_server_is_away(workdir, tmp_path):
     port = first.port
     path = write_config(tmp_path, first.url)
     client = first.client()
-    from bloomctl.planner import plan
+    from bloomctl.sizing.bloom import plan
 
     settings = settings_from(first.url)
     redis_client = connect(settings)

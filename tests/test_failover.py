@@ -15,13 +15,13 @@ import time
 import pytest
 import redis
 
-from bloomctl import single
-from bloomctl.connection import connect, settings_from
 from bloomctl.errors import StateConflict
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
+from bloomctl.lifecycle import single
 from bloomctl.rebuild import RebuildOptions, rebuild
-from bloomctl.server import detect
+from bloomctl.server.capabilities import detect
+from bloomctl.server.connection import connect, settings_from
 from bloomctl.sources import CsvSource
 from tests.servers import RedisCluster
 

@@ -18,8 +18,8 @@ from urllib.parse import quote
 import pytest
 
 from bloomctl.keys import KeyFamily
-from bloomctl.manifest import read_manifest
-from bloomctl.server import detect
+from bloomctl.lifecycle.manifest import read_manifest
+from bloomctl.server.capabilities import detect
 from tests.servers import RedisServer, free_port
 from tests.test_connection import tls_server  # noqa: F401  (a fixture: a TLS server that wants a client certificate)
 
@@ -72,8 +72,8 @@ def test_the_shrink_guard_of_a_rebuild_and_of_the_library(target, tmp_path):
     """(#10 item 19) `rebuild --swap` and `lifecycle.swap` apply the same boundary: a rebuild of
     490 items over 1000 is refused (the standby kept, verified), one of 500 swaps; `min_ratio=0`
     lets even an empty standby through (an inclusive comparison would refuse it)."""
-    from bloomctl import lifecycle
     from bloomctl.errors import StateConflict
+    from bloomctl.lifecycle import front as lifecycle
 
     family = KeyFamily.of("users")
     target.reserve("users", 10_000)
@@ -104,7 +104,7 @@ def steal_the_lock_before_the_script(monkeypatch, target) -> list[KeyFamily]:
     """From the first swap on, right before the swap script is sent (after every check bloomctl
     makes in Python), another run takes the lock that the script checks: the filter's own, or a
     member's for a sharded filter. Returns the families whose lock was taken."""
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     real, stolen = single.atomic_swap, []
 
@@ -204,9 +204,9 @@ def test_release_and_renewal_leave_another_runs_lock_alone(plain):
     """(#10 item 19) The lock's release made an unconditional DEL passed every test. A lock that
     expired and was taken by another run is neither renewed (its expiry stays the other run's),
     nor deleted by `release` or `release_confirmed`; our own lock is released."""
-    from bloomctl.connection import connect, settings_from
     from bloomctl.errors import StateConflict
-    from bloomctl.lock import FilterLock
+    from bloomctl.lifecycle.lock import FilterLock
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     lock = FilterLock(client, "users", ttl_ms=300)  # renewed every 0.1 s
@@ -240,9 +240,9 @@ def test_check_held_and_release_confirmed_ask_the_server(plain, workdir):
     import os
     import signal
 
-    from bloomctl.connection import connect, settings_from
     from bloomctl.errors import StateConflict
-    from bloomctl.lock import FilterLock
+    from bloomctl.lifecycle.lock import FilterLock
+    from bloomctl.server.connection import connect, settings_from
 
     client = connect(settings_from(plain.url))
     for takeover in (lambda key: client.set(key, THIEF, px=60_000), client.delete):
@@ -304,11 +304,11 @@ def test_verify_counts_every_miss_and_checks_each_item_in_its_shard(plain):
     unnoticed (the rebuild tests plant one miss); and a sharded verify must look up each item in its
     own shard's filter."""
     from bloomctl import backends
-    from bloomctl.connection import connect, settings_from
     from bloomctl.errors import VerifyFailed
-    from bloomctl.planner import plan
+    from bloomctl.lifecycle.routing import route
     from bloomctl.rebuild.verify import verify
-    from bloomctl.routing import route
+    from bloomctl.server.connection import connect, settings_from
+    from bloomctl.sizing.bloom import plan
 
     client = connect(settings_from(plain.url))
     backend = backends.get("bitmap")
@@ -437,7 +437,7 @@ def test_a_query_password_holding_an_at_sign_shows_no_piece_of_it(cli):
     """(#10 item 19) In `redis://host/0?password=at@sign` (a form redis-py reads) the last `@` is the
     query password's: what follows it (`sign`) was shown as the host, by `redact_url` and in the
     refusal of the URL. Both readings of such a URL are hidden now."""
-    from bloomctl.connection import redact_url
+    from bloomctl.server.connection import redact_url
 
     in_query = MIXED.replace(":", "%3A")
     for url in (

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from bloomctl import lifecycle
 from bloomctl.errors import UsageError
 from bloomctl.keys import KeyFamily
-from bloomctl.planner import plan
-from bloomctl.server import detect
+from bloomctl.lifecycle import front as lifecycle
+from bloomctl.server.capabilities import detect
+from bloomctl.sizing.bloom import plan
 
 
 def active_and_small_standby(target, active_items: int = 1000, standby_items: int = 3) -> None:
@@ -133,7 +133,7 @@ def test_a_bitmap_filter_is_never_swapped_in_over_its_capacity(target, tmp_path,
 def pause_writes_before(monkeypatch, target, calls: set[int], millis: int = 1500) -> None:
     """The server holds every write for ``millis`` from the swap script's n-th call (in ``calls``):
     the client's --timeout passes first, then the script runs."""
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     real, seen = single.swap, [0]
 
@@ -152,7 +152,7 @@ def test_a_swap_whose_reply_is_lost_reports_what_happened(target, monkeypatch):
     waiting in the server: it checks the lock's token), looks, and says what happened."""
     import redis
 
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     active_and_small_standby(target, active_items=10, standby_items=10)
     real = single.swap
@@ -189,7 +189,7 @@ def test_a_swap_held_by_the_server_past_the_timeout_is_reported_truthfully(targe
 def test_a_swap_that_never_reached_the_server_says_it_was_not_applied(target, monkeypatch):
     import redis
 
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     active_and_small_standby(target, active_items=10, standby_items=10)
 
@@ -208,7 +208,7 @@ def test_a_sharded_swap_counts_the_shards_really_swapped(target, tmp_path, monke
     """(4) "1 of 3" was reported with 2 applied: the second member's reply was lost after it ran."""
     import redis
 
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     csv = tmp_path / "u.csv"
     csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(3000)))
@@ -297,7 +297,7 @@ def verified_standby(target, tmp_path):
 def test_a_column_beyond_the_rows_is_refused_before_the_standby_is_touched(target, tmp_path, args):
     """(6) `--column 5` / `--template '{7}'` on a 3-column file replaced a verified standby with an
     empty `loading` one, then exited 8. Now: exit 2, the verified standby as it was."""
-    from bloomctl.metadata import read_metadata
+    from bloomctl.lifecycle.metadata import read_metadata
 
     csv = verified_standby(target, tmp_path)
     family = KeyFamily.of("users")
@@ -352,7 +352,7 @@ def test_items_built_otherwise_are_never_swapped_in_silently(target, tmp_path):
     """(7) A rebuild with a different --prefix swapped in cleanly and every lookup then missed.
     The recipe (source kind, column, template, prefix) is recorded; a change is refused (exit 5)
     unless --allow-recipe-change, by the rebuild (before loading) and by the swap."""
-    from bloomctl.metadata import read_metadata
+    from bloomctl.lifecycle.metadata import read_metadata
 
     csv = tmp_path / "u.csv"
     csv.write_text("id,email\n" + "".join(f"{i},u{i}@x\n" for i in range(200)))
@@ -404,7 +404,7 @@ def start_rebuild(target, tmp_path, *extra: str, env: dict | None = None):
     import sys
     import time
 
-    from bloomctl.metadata import read_metadata
+    from bloomctl.lifecycle.metadata import read_metadata
 
     csv = tmp_path / "big.csv"
     csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(400_000)))
@@ -439,7 +439,7 @@ def test_sigterm_and_a_double_ctrl_c_stop_cleanly(target, tmp_path, signals, cod
     import signal
     import time
 
-    from bloomctl.metadata import read_metadata
+    from bloomctl.lifecycle.metadata import read_metadata
 
     target.reserve("users", 10_000)
     target.add("users", ["user:0"])
@@ -514,7 +514,7 @@ def test_a_run_that_lost_its_lock_stops_writing_at_once(target, tmp_path):
     import time
 
     from bloomctl.backends import get
-    from bloomctl.planner import plan as make_plan
+    from bloomctl.sizing.bloom import plan as make_plan
 
     proc = start_rebuild(target, tmp_path, "--batch-size", "1000", "--window", "1")
     family = KeyFamily.of("users")
@@ -926,7 +926,7 @@ def test_lock_wait_waits_for_the_holder(target):
 def test_redis_cli_style_addresses(target, plain):
     """(16) `-h HOST -p PORT` as in redis-cli, and a bare `host:port` URL; the password and the
     database of the URL are kept; a unix socket URL takes no port."""
-    from bloomctl.connection import settings_from
+    from bloomctl.server.connection import settings_from
 
     target.reserve("users", 1000)
     host, port = target.url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
@@ -1024,7 +1024,7 @@ def test_memory_running_out_during_a_sharded_swap_keeps_the_pending_standbys(tar
     """(2, review) A sharded `rebuild --swap` that hit maxmemory after its first member was swapped
     deleted the other members' verified standbys (no way to finish or roll back) and said nothing
     was swapped. The memory discard covers the load and the verification only."""
-    import bloomctl.sharded as sharded
+    import bloomctl.lifecycle.sharded as sharded
 
     csv = tmp_path / "u.csv"
     csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(900)))
@@ -1303,7 +1303,7 @@ def test_any_failure_of_fill_ratio_updates_its_textfile(target, tmp_path, monkey
     left the previous run's `exit_code 0` in the textfile."""
     import redis
 
-    import bloomctl.fill
+    import bloomctl.lifecycle.fill
 
     target.reserve("users", 1000)
     out = tmp_path / "f.prom"
@@ -1312,7 +1312,7 @@ def test_any_failure_of_fill_ratio_updates_its_textfile(target, tmp_path, monkey
     def timed_out(*_args: object, **_kwargs: object) -> None:
         raise redis.exceptions.TimeoutError("Timeout reading from socket")
 
-    monkeypatch.setattr(bloomctl.fill, "fill_ratio", timed_out)
+    monkeypatch.setattr(bloomctl.lifecycle.fill, "fill_ratio", timed_out)
     failed = target.cli("fill-ratio", "users", "--format", "prometheus", "--output", str(out))
     assert failed.exit_code == 3
     assert _families(out.read_text())["bloomctl_fill_ratio_exit_code"].samples[0].value == 3
@@ -1348,7 +1348,7 @@ def test_a_rebuild_short_of_memory_names_the_filter_kept_for_rollback(target, tm
 def test_the_lock_note_belongs_to_one_invocation(target):
     """(9, review) "the filter's lock is released" is said only by a run that took a lock: the flag
     is reset by every invocation (a long-lived caller's earlier run does not leak into the next)."""
-    from bloomctl import lock
+    from bloomctl.lifecycle import lock
 
     active_and_small_standby(target, active_items=1000, standby_items=900)
     assert target.cli("swap", "users", "--yes").exit_code == 0 and lock.TAKEN[0]

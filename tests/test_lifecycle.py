@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from bloomctl import lifecycle
 from bloomctl.keys import KeyFamily
-from bloomctl.metadata import read_metadata
-from bloomctl.planner import plan
-from bloomctl.server import detect
+from bloomctl.lifecycle import front as lifecycle
+from bloomctl.lifecycle.metadata import read_metadata
+from bloomctl.server.capabilities import detect
+from bloomctl.sizing.bloom import plan
 from tests.hammer import Hammer
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
@@ -221,7 +221,7 @@ def test_swap_asks_on_a_terminal(pair, monkeypatch):
 @pytest.mark.parametrize("key", AWKWARD_KEYS)
 def test_readers_see_every_member_through_many_swaps(target, key):
     """`exists` from another connection, for a member of both filters, never errs and never says no."""
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     server = detect(target.client)
     family = KeyFamily.of(key)
@@ -282,7 +282,7 @@ def test_reserve_dry_run_makes_the_same_checks(target):
 
 
 def test_reserve_refuses_a_filter_bigger_than_free_memory(target):
-    from bloomctl.topology import node_client
+    from bloomctl.server.topology import node_client
 
     node = node_client(target.client, b"big")
     node.config_set("maxmemory", "50mb")

@@ -11,7 +11,7 @@ import click
 from bloomctl.cli import main
 from bloomctl.cli.render import FLAG_NAMES
 from bloomctl.errors import StateConflict, UsageError
-from bloomctl.planner import plan
+from bloomctl.sizing.bloom import plan
 
 
 def test_one_parameter_name_means_one_flag_throughout_the_cli():

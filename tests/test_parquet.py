@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bloomctl.errors import SourceError, UsageError
-from bloomctl.filters import Filter
+from bloomctl.filters.bloom import Filter
 from bloomctl.sources import open_source
 
 pa = pytest.importorskip("pyarrow")

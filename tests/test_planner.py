@@ -9,7 +9,8 @@ import pytest
 
 from bloomctl import backends
 from bloomctl.errors import UsageError
-from bloomctl.planner import (
+from bloomctl.server.capabilities import detect
+from bloomctl.sizing.bloom import (
     CHAIN_OVERHEAD_BYTES,
     LINK_OVERHEAD_BYTES,
     SubFilter,
@@ -18,7 +19,6 @@ from bloomctl.planner import (
     parse_error_rate,
     plan,
 )
-from bloomctl.server import detect
 
 rb = backends.get("redisbloom")
 

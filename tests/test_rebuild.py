@@ -10,12 +10,12 @@ import uuid
 import pytest
 import sqlalchemy
 
-from bloomctl import metadata
 from bloomctl.errors import LockHeld
 from bloomctl.keys import KeyFamily
-from bloomctl.lock import FilterLock
+from bloomctl.lifecycle import metadata
+from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.rebuild import RebuildOptions, Reservoir, rebuild
-from bloomctl.server import detect
+from bloomctl.server.capabilities import detect
 from bloomctl.sources import CsvSource, SqlSource
 from tests.data import write_csv
 
@@ -330,7 +330,7 @@ def test_rebuild_awkward_keys(target, tmp_path, key):
 
 
 def test_readers_never_miss_a_member_during_rebuild_and_swap(target, tmp_path):
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
     from tests.hammer import Hammer
 
     path = write_csv(tmp_path / "u.csv", 5000)
@@ -519,7 +519,7 @@ def test_catch_up_adds_rows_written_during_the_load(target, sql):
 def test_reservoir_is_uniform(kind):
     import random
 
-    from bloomctl.sampling import KeyedReservoir
+    from bloomctl.rebuild.sampling import KeyedReservoir
 
     if kind == "keyed":
         pytest.importorskip("numpy")

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from bloomctl import backends
-from bloomctl.config import load
-from bloomctl.connection import connect, settings_from
+from bloomctl.declared.config import load
 from bloomctl.keys import KeyFamily
+from bloomctl.server.connection import connect, settings_from
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -296,7 +296,7 @@ def test_the_example_file_runs_end_to_end(protected, shop_db, cli, tmp_path):
     assert card(client, "shop:{users}") == 4500  # deleted users are not in it
     assert contains(client, "shop:{users}", ["user:1", "user:4999"]) == [True, True]
     assert card(client, "shop:{skus}") == 2000 and contains(client, "shop:{skus}", ["SKU-000001"]) == [True]
-    from bloomctl.window import WindowedFilter
+    from bloomctl.window.core import WindowedFilter
 
     dedupe = WindowedFilter(client, "shop:dedupe")
     dedupe.add(b"event-1")
@@ -513,8 +513,8 @@ def test_the_declared_database_and_the_command_lines(plain, pg_engine, tmp_path,
 
 
 def test_when_a_filter_is_due(plain, tmp_path, cli):
-    from bloomctl.config import load
-    from bloomctl.schedule import REBUILD, SKIP, decide
+    from bloomctl.declared.config import load
+    from bloomctl.declared.schedule import REBUILD, SKIP, decide
 
     items_csv(tmp_path / "a.csv", 10)
     path = config(
@@ -530,7 +530,7 @@ def test_when_a_filter_is_due(plain, tmp_path, cli):
     decls = load(path).filters
     client = client_of(plain)
     built = client.hget(KeyFamily.of("daily").meta, "created_at").decode()
-    from bloomctl.schedule import built_at
+    from bloomctl.declared.schedule import built_at
 
     made = built_at({"created_at": built})
     assert (
@@ -540,7 +540,7 @@ def test_when_a_filter_is_due(plain, tmp_path, cli):
     client.hset(KeyFamily.of("daily").meta, "created_at", "2099-01-01T00:00:00Z")
     assert "in the future" in decide(client, decls["daily"]).reason
     assert decide(client, decls["reserved"]).reason == "never built from its source (no item recipe recorded)"
-    from bloomctl.manifest import read_manifest
+    from bloomctl.lifecycle.manifest import read_manifest
 
     assert decide(client, decls["big"]).action == SKIP
     client.delete(read_manifest(client, "big").members[1])
@@ -550,8 +550,8 @@ def test_when_a_filter_is_due(plain, tmp_path, cli):
 @pytest.mark.redisbloom
 def test_a_cuckoo_filter_that_grew_is_due(bloom, tmp_path, cli):
     """A cuckoo filter's load is over all its sub-filters: growing lowers it. Grown is due."""
-    from bloomctl.config import load
-    from bloomctl.schedule import SKIP, decide
+    from bloomctl.declared.config import load
+    from bloomctl.declared.schedule import SKIP, decide
 
     items_csv(tmp_path / "a.csv", 10)
     path = config(

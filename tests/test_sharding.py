@@ -7,11 +7,11 @@ import json
 import pytest
 
 from bloomctl import backends
-from bloomctl.filters import ShardedFilter, open_filter
+from bloomctl.filters.bloom import ShardedFilter, open_filter
 from bloomctl.keys import KeyFamily
-from bloomctl.manifest import is_member_name, read_manifest
-from bloomctl.routing import shard_of
-from bloomctl.topology import node_client
+from bloomctl.lifecycle.manifest import is_member_name, read_manifest
+from bloomctl.lifecycle.routing import shard_of
+from bloomctl.server.topology import node_client
 from tests.data import write_csv
 from tests.hammer import Hammer
 
@@ -178,7 +178,7 @@ def _bits(target, key: bytes) -> bytes:
 
 
 def test_readers_see_no_false_negative_during_a_sharded_cutover(target, tmp_path):
-    from bloomctl.connection import connect, settings_from
+    from bloomctl.server.connection import connect, settings_from
 
     path = write_csv(tmp_path / "u.csv", 5000)
     args = ["--from-csv", path, "-e", "1%", "--swap", "--quiet"]
@@ -245,7 +245,7 @@ def test_a_failed_first_sharded_build_leaves_no_manifest(target, tmp_path):
 def test_an_interrupted_sharded_swap_can_be_finished(target, tmp_path, monkeypatch):
     """The third member's swap never reaches the server (a dropped connection): bloomctl looks, says
     how many members are swapped (exit 3: the server's side failed), and a second swap finishes."""
-    from bloomctl import single
+    from bloomctl.lifecycle import single
 
     path = write_csv(tmp_path / "u.csv", 3000)
     build_sharded(target, path)
@@ -313,13 +313,13 @@ def test_reserve_sharded_if_not_exists_compares_parameters(target):
 
 
 def sharding_members(target, key: str, shards: int) -> list[bytes]:
-    from bloomctl.manifest import member_keys
+    from bloomctl.lifecycle.manifest import member_keys
 
     return member_keys(target.client, key.encode(), shards)
 
 
 def test_dual_writes_reach_the_standby_first_and_never_create_one(target, tmp_path):
-    from bloomctl.filters import Filter
+    from bloomctl.filters.bloom import Filter
 
     path = write_csv(tmp_path / "u.csv", 500)
     extra = ["--backend", target.backend.name]

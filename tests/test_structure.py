@@ -130,12 +130,12 @@ def test_help_loads_only_the_light_modules():
 
 
 def test_public_api_at_the_top_loads_lazily():
-    assert "bloomctl.filters" not in loaded_modules("import bloomctl")
+    assert "bloomctl.filters.bloom" not in loaded_modules("import bloomctl")
     loaded = loaded_modules("from bloomctl import Filter, ShardedFilter, open_filter, plan")
-    assert {"bloomctl.filters", "bloomctl.planner"} <= loaded
+    assert {"bloomctl.filters.bloom", "bloomctl.sizing.bloom"} <= loaded
     import bloomctl
     from bloomctl import Filter, ShardedFilter, open_filter, plan
-    from bloomctl.filters import Filter as DefinedFilter
+    from bloomctl.filters.bloom import Filter as DefinedFilter
 
     assert Filter is DefinedFilter and issubclass(ShardedFilter, Filter) and callable(open_filter)
     assert plan(1_000_000, 0.01).size_bytes == 1_378_568

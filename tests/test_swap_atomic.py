@@ -6,7 +6,7 @@ import pytest
 
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily
-from bloomctl.single import atomic_rollback, atomic_swap
+from bloomctl.lifecycle.single import atomic_rollback, atomic_swap
 from tests.hammer import Hammer
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
@@ -138,7 +138,7 @@ def test_custom_standby_brings_its_own_metadata(plain):
 
 def test_keep_old_bounds():
     from bloomctl.errors import UsageError
-    from bloomctl.single import to_keep_ms
+    from bloomctl.lifecycle.single import to_keep_ms
 
     assert to_keep_ms(0) == 0 and to_keep_ms(0.0001) == 1 and to_keep_ms(1.5) == 1500
     for bad in (-1, float("nan"), float("inf"), 1e14):

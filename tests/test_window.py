@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bloomctl import window
 from bloomctl.backends import get
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
-from bloomctl.server import detect
-from bloomctl.window import DAY, HOUR, WEEK, WindowedFilter, parse_period, read_window
+from bloomctl.server.capabilities import detect
+from bloomctl.window import core as window
+from bloomctl.window.core import DAY, HOUR, WEEK, WindowedFilter, parse_period, read_window
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 

@@ -15,11 +15,11 @@ from bloomctl.backends.base import Backend, CuckooState, FilterState, SubFilterS
 from bloomctl.backends.bitmap import Bitmap
 from bloomctl.backends.cuckoo import LuaCuckoo, RedisBloomCuckoo
 from bloomctl.backends.redisbloom import RedisBloom
-from bloomctl.client import RedisClient
 from bloomctl.defaults import AUTO
 from bloomctl.errors import KeyMissing, UsageError, WrongType
 from bloomctl.keys import to_display
-from bloomctl.server import ServerInfo
+from bloomctl.server.capabilities import ServerInfo
+from bloomctl.server.client import RedisClient
 
 __all__ = [
     "AUTO",

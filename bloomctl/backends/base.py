@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bloomctl.client import RedisClient
-from bloomctl.cuckoo_planner import CuckooPlan, full_load, lookup_fpr
 from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EXPANSION
 from bloomctl.errors import UsageError
-from bloomctl.planner import Plan, estimated_fpr, validate_expansion
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import Plan, estimated_fpr, validate_expansion
+from bloomctl.sizing.cuckoo import CuckooPlan, full_load, lookup_fpr
 
 AnyPlan = Plan | CuckooPlan  # a Bloom filter's plan, or a cuckoo filter's
 

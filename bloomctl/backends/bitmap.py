@@ -28,11 +28,11 @@ from bloomctl.backends.library import (  # noqa: F401 (their names here too: the
     library_source,
     script_source,
 )
-from bloomctl.client import RedisClient
 from bloomctl.defaults import BITMAP_BATCH_SIZE
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
-from bloomctl.planner import Plan
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import Plan
 
 FORMAT_VERSION = 1
 MAGIC = b"bloomctl"

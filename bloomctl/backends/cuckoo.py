@@ -19,8 +19,10 @@ from typing import Any
 
 from bloomctl.backends.base import AnyPlan, Backend, CuckooState, FilterState, cuckoo_subs
 from bloomctl.backends.library import LuaBackend
-from bloomctl.client import RedisClient
-from bloomctl.cuckoo_planner import (
+from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
+from bloomctl.keys import to_display
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.cuckoo import (
     CF_STRUCT_BYTES,
     DEFAULT_BUCKET_SIZE,
     DEFAULT_MAX_ITERATIONS,
@@ -33,8 +35,6 @@ from bloomctl.cuckoo_planner import (
     for_cuckoo_line,
     next_power_of_two,
 )
-from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
-from bloomctl.keys import to_display
 
 CF_HEADER = struct.Struct(
     "<QQQQHHH"
@@ -136,7 +136,7 @@ class CuckooBackend(Backend):
         return client.execute_command(*self.madd_command(client, key, items))
 
     def expansion_for(self, expansion: int | None, nonscaling: bool, recorded: str | None = None) -> int | None:
-        from bloomctl.cuckoo_planner import DEFAULT_CUCKOO_EXPANSION, MAX_CUCKOO_EXPANSION
+        from bloomctl.sizing.cuckoo import DEFAULT_CUCKOO_EXPANSION, MAX_CUCKOO_EXPANSION
 
         if nonscaling and expansion is not None:
             raise UsageError("`expansion` and `nonscaling` exclude each other")

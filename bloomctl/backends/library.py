@@ -18,9 +18,9 @@ from importlib import resources
 from typing import Any
 
 from bloomctl.backends.base import Backend
-from bloomctl.client import RedisClient
 from bloomctl.errors import UnsupportedServer
-from bloomctl.topology import node_name, primaries
+from bloomctl.server.client import RedisClient
+from bloomctl.server.topology import node_name, primaries
 
 LIBRARY_NAME = "bloomctl"
 # 2: bloomctl_add/exists pass errors on instead of answering nil; 3: cuckoo filters, dual writes to

@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from bloomctl.backends.base import AnyPlan, Backend, FilterState, SubFilterState
-from bloomctl.client import RedisClient
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
-from bloomctl.planner import Plan, for_line
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import Plan, for_line
 
 OPT_NOROUND = 1  # bloom.h BLOOM_OPT_NOROUND: bits as computed, not rounded up to a power of two
 OPT_FORCE64 = 4  # BLOOM_OPT_FORCE64: 64-bit hashing (every filter RedisBloom creates)

@@ -61,7 +61,7 @@ def _suggestion(ctx: click.Context, exc: BloomctlError) -> str:
     app = ctx.find_object(AppContext)
     if key is None or app is None:
         return ""
-    from bloomctl.suggest import did_you_mean
+    from bloomctl.lifecycle.suggest import did_you_mean
 
     return did_you_mean(app.client, key)
 
@@ -81,7 +81,7 @@ def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str =
 
 def _lock_note() -> str:
     """'; the filter's lock is released' when this run took one (an `info` holds none)."""
-    lock = sys.modules.get("bloomctl.lock")  # not loaded: no lock was taken
+    lock = sys.modules.get("bloomctl.lifecycle.lock")  # not loaded: no lock was taken
     return "; the filter's lock is released" if lock is not None and lock.TAKEN[0] else ""
 
 
@@ -96,7 +96,7 @@ class BloomctlGroup(click.Group):
         except KeyboardInterrupt:
             _fail(ExitCode.INTERRUPTED, "interrupted" + _lock_note(), ctx)
         except Exception as exc:
-            from bloomctl.connection import connection_error, is_redis_error
+            from bloomctl.server.connection import connection_error, is_redis_error
 
             if not is_redis_error(exc):
                 raise
@@ -128,7 +128,7 @@ class BloomctlGroup(click.Group):
         given = sys.argv[1:] if args is None else list(args)
         if given and given[-1] == "-h":  # -h last: help (given a value, -h is the host, as in redis-cli)
             args = [*given[:-1], "--help"]
-        lock = sys.modules.get("bloomctl.lock")  # (not imported at start-up: a run that locks loads it)
+        lock = sys.modules.get("bloomctl.lifecycle.lock")  # (not imported at start-up: a run that locks loads it)
         if lock is not None:
             lock.TAKEN[0] = False  # this invocation's own: what its message after a signal may say
         previous = _catch_signals()

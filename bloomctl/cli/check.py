@@ -50,7 +50,7 @@ def check_command(
       bloomctl check --format junit -o reports/bloomctl.xml
       bloomctl check --format github        # in a GitHub Actions step
     """
-    from bloomctl.check import render, run
+    from bloomctl.declared.check import render, run
 
     config = app.config
     if output_file:
@@ -100,8 +100,8 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
       bloomctl --config deploy/bloomctl.toml apply
       bloomctl apply dedupe
     """
-    from bloomctl.apply import CONFLICT, CREATE, ERROR, INVALID, ROTATE, Change, change_for
-    from bloomctl.check import error_code, reason
+    from bloomctl.declared.apply import CONFLICT, CREATE, ERROR, INVALID, ROTATE, Change, change_for
+    from bloomctl.declared.check import error_code, reason
 
     config = app.config
     decls = config.select(list(names))
@@ -151,8 +151,8 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
 
 def _carry_out(app: AppContext, change: Any) -> dict[str, Any]:
     """Make one missing filter (or window's buckets); its outcome, a failure included (the others go on)."""
-    from bloomctl import apply
     from bloomctl.cli.metrics import exit_code_of
+    from bloomctl.declared import apply
     from bloomctl.errors import BloomctlError
 
     decl = change.decl

@@ -35,7 +35,7 @@ def validate_command(app: AppContext, path: str | None, output_format: str) -> N
     Unknown keys are refused (with the closest known one), and so are secrets: a profile names a
     password_file or password_env, a SQL source the variable that holds its database URL.
     """
-    from bloomctl import config
+    from bloomctl.declared import config
 
     found = config.find(path or app.config_path)
     if found is None:
@@ -83,6 +83,6 @@ def schema_command() -> None:
       # Taplo / Even Better TOML (VS Code): first line of bloomctl.toml
       #:schema ./bloomctl.schema.json
     """
-    from bloomctl.config import json_schema
+    from bloomctl.declared.config import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))

@@ -27,7 +27,7 @@ class AppContext:
     @property
     def settings(self) -> Any:
         if self._settings is None:
-            from bloomctl.connection import settings_from
+            from bloomctl.server.connection import settings_from
 
             self._settings = settings_from(**self._connection)
         return self._settings
@@ -35,7 +35,7 @@ class AppContext:
     @property
     def client(self) -> Any:
         if self._client is None:
-            from bloomctl.connection import connect
+            from bloomctl.server.connection import connect
 
             self._client = connect(self.settings)
             kind = "a Cluster" if type(self._client).__name__ == "RedisCluster" else "a standalone server"
@@ -45,7 +45,7 @@ class AppContext:
     @property
     def server(self) -> Any:
         if self._server is None:
-            from bloomctl.server import detect
+            from bloomctl.server.capabilities import detect
 
             self._server = detect(self.client)
         return self._server
@@ -54,7 +54,7 @@ class AppContext:
     def config(self) -> Any:
         """bloomctl.toml (--config, else $BLOOMCTL_CONFIG, else ./bloomctl.toml), read once."""
         if self._config is None:
-            from bloomctl import config
+            from bloomctl.declared import config
             from bloomctl.errors import UsageError
 
             path = config.find(self.config_path)
@@ -67,7 +67,7 @@ class AppContext:
 
     @property
     def has_config(self) -> bool:
-        from bloomctl import config
+        from bloomctl.declared import config
 
         return config.find(self.config_path) is not None
 
@@ -80,9 +80,9 @@ class AppContext:
                 self.in_use = None
                 self._profiles[name] = (self.client, self.server)
             else:
-                from bloomctl.connection import connect
-                from bloomctl.declarations import settings_for
-                from bloomctl.server import detect
+                from bloomctl.declared.declarations import settings_for
+                from bloomctl.server.capabilities import detect
+                from bloomctl.server.connection import connect
 
                 self.in_use = self._profile_settings[name] = settings_for(profile, **self.overrides)
                 client = connect(self.in_use)

@@ -8,8 +8,8 @@ from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, hum
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
     from bloomctl.cli.context import AppContext
-    from bloomctl.cuckoo_planner import CuckooPlan
-    from bloomctl.single import ReserveResult
+    from bloomctl.lifecycle.single import ReserveResult
+    from bloomctl.sizing.cuckoo import CuckooPlan
 
 
 def plan_rows(p: CuckooPlan) -> list[tuple[str, str]]:
@@ -83,7 +83,7 @@ def reserve_cuckoo(
     force: bool,
 ) -> ReserveResult:
     """Create the cuckoo filter (after every check); the caller renders the result."""
-    from bloomctl import lifecycle
+    from bloomctl.lifecycle import front as lifecycle
 
     result = lifecycle.reserve(
         app.client,

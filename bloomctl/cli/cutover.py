@@ -14,7 +14,7 @@ from bloomctl.cli.render import emit_json
 from bloomctl.keys import KeyFamily, to_display
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
-    from bloomctl.lifecycle import Confirm, SwapResult
+    from bloomctl.lifecycle.front import Confirm, SwapResult
 
 
 def stdin_is_tty() -> bool:
@@ -66,7 +66,7 @@ def swap_command(
       bloomctl swap users --keep-old 0 --lock-wait 600
       bloomctl swap 'bf:{users}' --standby 'bf:{users}:v2' --allow-shrink
     """
-    from bloomctl import lifecycle
+    from bloomctl.lifecycle import front as lifecycle
 
     result = lifecycle.swap(
         app.client,
@@ -170,7 +170,7 @@ def rollback_command(app: AppContext, key: str, lock_wait: float, dry_run: bool,
       bloomctl rollback users --yes
       bloomctl rollback users --dry-run
     """
-    from bloomctl import lifecycle
+    from bloomctl.lifecycle import front as lifecycle
 
     confirm = None if dry_run else confirmer(yes)
     result = lifecycle.rollback(app.client, key, confirm=confirm, lock_wait=lock_wait, dry_run=dry_run)

@@ -11,7 +11,7 @@ import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number
-from bloomctl.exporter import DEFAULT_CACHE_SECONDS, DEFAULT_SCRAPE_TIMEOUT
+from bloomctl.declared.exporter import DEFAULT_CACHE_SECONDS, DEFAULT_SCRAPE_TIMEOUT
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
 
@@ -66,7 +66,7 @@ def exporter_command(
       bloomctl exporter
       bloomctl --config /etc/bloomctl/app.toml exporter --listen 0.0.0.0:9477
     """
-    from bloomctl.exporter import Exporter, serve
+    from bloomctl.declared.exporter import Exporter, serve
 
     config = app.config
     exporter = Exporter(
@@ -105,9 +105,9 @@ def exporter_command(
 def _connector(app: AppContext, timeout: float) -> Any:
     """A profile's client, opened once and opened again after a failure (a server that went away
     and came back is asked again at the next collection)."""
-    from bloomctl.connection import connect
-    from bloomctl.declarations import settings_for
-    from bloomctl.server import detect
+    from bloomctl.declared.declarations import settings_for
+    from bloomctl.server.capabilities import detect
+    from bloomctl.server.connection import connect
 
     opened: dict[str, tuple[Any, Any]] = {}
 

@@ -19,9 +19,9 @@ from bloomctl.keys import to_display
 
 if TYPE_CHECKING:  # pragma: no cover
     from bloomctl.cli.metrics import Metric
-    from bloomctl.fill import FillReport, Thresholds
+    from bloomctl.lifecycle.fill import FillReport, Thresholds
 
-OVER, MISSING = "over", "missing"  # bloomctl.fill's statuses; that module loads lazily (start-up time)
+OVER, MISSING = "over", "missing"  # bloomctl.lifecycle.fill's statuses; that module loads lazily (start-up time)
 
 PRESENT = ("bloomctl_filter_present", "1 when the key holds a Bloom filter, 0 when it is missing.")
 TYPE = ("bloomctl_filter_type", "1 for the filter's type (bloom or cuckoo).")
@@ -35,7 +35,7 @@ def prometheus_text(
     """The textfile: per-key gauges and thresholds; with ``exit_code`` (``--output``), that code
     and the last success (now when 0, else kept from ``previous``, the file being replaced)."""
     from bloomctl.cli.metrics import exposition, last_success
-    from bloomctl.fill import PROMETHEUS_METRICS
+    from bloomctl.lifecycle.fill import PROMETHEUS_METRICS
 
     keyed = [(to_display(r.key), r) for r in reports]
     metrics: list[Metric] = [(*PRESENT, ("key",), [((k,), 0.0 if r.state is None else 1.0) for k, r in keyed])]
@@ -171,7 +171,7 @@ def fill_ratio_command(
       bloomctl fill-ratio 'bf:*' --warn 0.7 --max 0.9 --format json
       bloomctl fill-ratio 'bf:*' --exact --format prometheus > /var/lib/node_exporter/bloom.prom
     """
-    from bloomctl.fill import Thresholds, fill_ratio
+    from bloomctl.lifecycle.fill import Thresholds, fill_ratio
 
     limits = Thresholds(warn=warn_at, max=max_at, max_fpr=max_fpr)
     output_file = None if output_file == "-" else output_file  # '-': stdout
@@ -225,8 +225,8 @@ def _with_suggestions(app: AppContext, reports: list[FillReport]) -> list[FillRe
     """Each filter name that does not exist gets '; did you mean ...?' (one bounded look for all)."""
     import dataclasses
 
-    from bloomctl.fill import is_pattern
-    from bloomctl.suggest import did_you_mean, key_names
+    from bloomctl.lifecycle.fill import is_pattern
+    from bloomctl.lifecycle.suggest import did_you_mean, key_names
 
     def unknown(report: FillReport) -> bool:
         return report.status == MISSING and not is_pattern(report.key) and "does not exist" in report.reasons[0]

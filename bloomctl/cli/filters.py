@@ -21,10 +21,10 @@ from bloomctl.cli.plan import plan_data, render_plan
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, warn
 from bloomctl.defaults import AUTO
 from bloomctl.keys import to_display
-from bloomctl.topology import node_address
+from bloomctl.server.topology import node_address
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
-    from bloomctl.single import ReserveResult
+    from bloomctl.lifecycle.single import ReserveResult
 
 
 @click.command("reserve")
@@ -77,8 +77,9 @@ def reserve_command(
       bloomctl reserve users -c 3G -e 0.1% --shards 8
       bloomctl reserve sessions --type cuckoo -c 1M --bucket-size 4
     """
-    from bloomctl import backends, lifecycle
-    from bloomctl.planner import plan as make_plan
+    from bloomctl import backends
+    from bloomctl.lifecycle import front as lifecycle
+    from bloomctl.sizing.bloom import plan as make_plan
 
     cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
     require_error_rate(error_rate, filter_type)
@@ -139,7 +140,7 @@ def _reserve_cuckoo(
 
 
 def render_reserve(key: str, the_plan: Any, result: ReserveResult, dry_run: bool, output_format: str) -> None:
-    from bloomctl.cuckoo_planner import CuckooPlan
+    from bloomctl.sizing.cuckoo import CuckooPlan
 
     exists = result.state is not None
     if isinstance(the_plan, CuckooPlan):
@@ -247,8 +248,8 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
       bloomctl info 'bf:{users}' --format json | jq .fill_ratio
       bloomctl info users --exact
     """
-    from bloomctl import lifecycle
-    from bloomctl.sharded import ShardedDescription
+    from bloomctl.lifecycle import front as lifecycle
+    from bloomctl.lifecycle.sharded import ShardedDescription
 
     description = lifecycle.describe(app.client, key, exact=exact)
     if isinstance(description, ShardedDescription):
@@ -292,7 +293,7 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
 def info_warnings(app: AppContext, description: Any) -> list[str]:
     """What an operator should hear about a filter: one auto-created with the server's defaults
     (the classic forgotten BF.RESERVE: 100 items, then a chain of ever bigger sub-filters)."""
-    from bloomctl.server import BloomDefaults, bloom_defaults, looks_auto_created
+    from bloomctl.server.capabilities import BloomDefaults, bloom_defaults, looks_auto_created
 
     state = description.state
     if state.kind == "cuckoo":

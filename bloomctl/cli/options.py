@@ -10,14 +10,6 @@ from typing import Any
 import click
 
 from bloomctl.cli.output import current
-from bloomctl.cuckoo_planner import (
-    DEFAULT_BUCKET_SIZE,
-    DEFAULT_CUCKOO_EXPANSION,
-    DEFAULT_LUA_FINGERPRINT_BITS,
-    DEFAULT_MAX_ITERATIONS,
-    MAX_BUCKET_SIZE,
-    MAX_ITERATIONS,
-)
 from bloomctl.defaults import (
     AUTO,
     BACKEND_ENV,
@@ -29,7 +21,15 @@ from bloomctl.defaults import (
     MAX_SHARDS,
 )
 from bloomctl.errors import UsageError
-from bloomctl.planner import MAX_EXPANSION, parse_count, parse_error_rate
+from bloomctl.sizing.bloom import MAX_EXPANSION, parse_count, parse_error_rate
+from bloomctl.sizing.cuckoo import (
+    DEFAULT_BUCKET_SIZE,
+    DEFAULT_CUCKOO_EXPANSION,
+    DEFAULT_LUA_FINGERPRINT_BITS,
+    DEFAULT_MAX_ITERATIONS,
+    MAX_BUCKET_SIZE,
+    MAX_ITERATIONS,
+)
 
 F = Callable[..., Any]
 BACKEND_CHOICES = [AUTO, "redisbloom", "module-free", "bitmap"]

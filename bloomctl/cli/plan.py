@@ -18,7 +18,7 @@ from bloomctl.cli.options import (
 )
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags, warn
 from bloomctl.errors import UsageError
-from bloomctl.planner import DEFAULT_LINE, SERVER_LINES, Plan, for_line, plan, shard_plan, suggest_shards
+from bloomctl.sizing.bloom import DEFAULT_LINE, SERVER_LINES, Plan, for_line, plan, shard_plan, suggest_shards
 
 
 def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:

@@ -43,7 +43,7 @@ from bloomctl.defaults import (
     MAX_JOBS,
 )
 from bloomctl.errors import ExitCode
-from bloomctl.planner import MAX_EXPANSION
+from bloomctl.sizing.bloom import MAX_EXPANSION
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
     from bloomctl.rebuild import RebuildReport
@@ -413,7 +413,7 @@ def rebuild_command(
       bloomctl --config app/bloomctl.toml rebuild users          # all from the file
       bloomctl --config app/bloomctl.toml rebuild --all --due    # from cron
     """
-    from bloomctl.build import tune_allocator
+    from bloomctl.rebuild.build import tune_allocator
 
     ctx = click.get_current_context()
     explicit = {
@@ -575,7 +575,7 @@ def declared_inputs(
     """The source and the options of a declared filter's rebuild: the declaration's, and over them
     what the command line gave. A --from-* there replaces the declared source, and then the new
     filter is swapped in only with --swap (it may not hold what the application added)."""
-    from bloomctl.declarations import declared_db_url, rebuild_values, source_values
+    from bloomctl.declared.declarations import declared_db_url, rebuild_values, source_values
 
     if decl.kind == "windowed":
         raise click.UsageError(
@@ -613,8 +613,8 @@ def rebuild_all(
     app: AppContext, due: bool, explicit: dict[str, Any], output_format: str, metrics_file: str | None
 ) -> None:
     """``rebuild --all [--due]``: every declared filter in turn, a summary, the first failure's code."""
-    from bloomctl import schedule
     from bloomctl.cli.metrics import exit_code_of
+    from bloomctl.declared import schedule
     from bloomctl.errors import BloomctlError
 
     runs: list[Run] = []
@@ -681,8 +681,9 @@ def _message(exc: BaseException) -> str:
 
 
 def _rotate(client: Any, server: Any, decl: Any, run: Run, dry_run: bool) -> None:
-    from bloomctl import apply, window
+    from bloomctl.declared import apply
     from bloomctl.errors import KeyMissing
+    from bloomctl.window import core as window
 
     try:
         report = window.rotate(client, server, decl.key, dry_run=dry_run)

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from bloomctl.cli.output import current, no_color
-from bloomctl.planner import format_rate as fmt_rate  # noqa: F401 (the commands' name for it)
+from bloomctl.sizing.bloom import format_rate as fmt_rate  # noqa: F401 (the commands' name for it)
 
 # Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
 # they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.

@@ -60,7 +60,8 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
       bloomctl dump users | gzip > users.bfdump.gz
       bloomctl --url redis://backup-host:6379 dump 'bf:{users}' -o - | bloomctl restore 'bf:{users}' --swap
     """
-    from bloomctl import dumpfile, transfer
+    from bloomctl.transfer import core as transfer
+    from bloomctl.transfer import dumpfile
 
     if output == "-" and stdout_is_tty():
         raise UsageError("the dump is binary: give `--output FILE`, or redirect stdout to a file or a pipe")
@@ -145,7 +146,8 @@ def restore_command(app: AppContext, key: str, input_path: str, output_format: s
       bloomctl restore users -i users.bfdump --swap --keep-old 7200
       gunzip -c users.bfdump.gz | bloomctl restore users --swap
     """
-    from bloomctl import dumpfile, transfer
+    from bloomctl.transfer import core as transfer
+    from bloomctl.transfer import dumpfile
 
     if input_path == "-":
         if stdin_is_tty():
@@ -208,10 +210,10 @@ def copy_command(
       bloomctl --url redis://old-host:6379 copy users --to redis://new-host:6379 --swap
       bloomctl copy users --to redis://127.0.0.1:6380 --to-key 'bf:{users}'
     """
-    from bloomctl import transfer
-    from bloomctl.connection import connect, connection_error, is_redis_error, settings_from
     from bloomctl.defaults import PASSWORD_ENV
-    from bloomctl.server import detect
+    from bloomctl.server.capabilities import detect
+    from bloomctl.server.connection import connect, connection_error, is_redis_error, settings_from
+    from bloomctl.transfer import core as transfer
 
     settings = settings_from(
         to_url,
@@ -247,7 +249,7 @@ def copy_command(
 
 def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
     """The source's chunks; a redis error while reading them names the source, not the target."""
-    from bloomctl.connection import connection_error, is_redis_error
+    from bloomctl.server.connection import connection_error, is_redis_error
 
     try:
         yield from chunks

@@ -21,9 +21,9 @@ from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags
 from bloomctl.defaults import AUTO, DEFAULT_HEADROOM, MAX_HEADROOM
 from bloomctl.errors import ExitCode
-from bloomctl.planner import MAX_EXPANSION
+from bloomctl.sizing.bloom import MAX_EXPANSION
 
-DEFAULT_AHEAD = 2  # (bloomctl.window's; that module loads when a command runs)
+DEFAULT_AHEAD = 2  # (bloomctl.window.core's; that module loads when a command runs)
 
 
 @click.group("window")
@@ -100,7 +100,7 @@ def create_command(app: AppContext, name: str, output_format: str, if_not_exists
       bloomctl window create seen --period 1h --keep 24 --capacity auto --min-capacity 100k -e 1%
       bloomctl window create carts --period 7d --keep 4 --capacity 1M --type cuckoo
     """
-    from bloomctl import window
+    from bloomctl.window import core as window
 
     cuckoo = cuckoo_values(
         options["filter_type"],
@@ -138,8 +138,8 @@ def rotate_command(app: AppContext, names: tuple[str, ...], dry_run: bool, outpu
       bloomctl window rotate dedupe seen
       */10 * * * *  bloomctl -q window rotate dedupe
     """
-    from bloomctl import window
     from bloomctl.errors import BloomctlError
+    from bloomctl.window import core as window
 
     failed: list[BloomctlError] = []
     for name in names:
@@ -199,7 +199,7 @@ def info_command(app: AppContext, name: str, output_format: str) -> None:
       bloomctl window info dedupe
       bloomctl window info dedupe --format json | jq .combined_fpr
     """
-    from bloomctl import window
+    from bloomctl.window import core as window
 
     info = window.describe(app.client, name)
     data = info.as_dict()

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from bloomctl.backends import Backend
-from bloomctl.client import RedisClient
-from bloomctl.dedupe import Seen
 from bloomctl.defaults import CLIENT_BATCH
-from bloomctl.loader import Loader, LoadStats, Progress
+from bloomctl.lifecycle.standby import Standbys
+from bloomctl.rebuild.dedupe import Seen
+from bloomctl.rebuild.loader import Loader, LoadStats, Progress
 from bloomctl.rebuild.options import Events, RebuildOptions
-from bloomctl.rebuild.standby import Standbys
-from bloomctl.sampling import KeyedReservoir, Reservoir, Sample
+from bloomctl.rebuild.sampling import KeyedReservoir, Reservoir, Sample
+from bloomctl.server.client import RedisClient
 from bloomctl.sources import IncrementalSource, Source
 from bloomctl.sources.base import Batch, prefetched
 
@@ -118,7 +118,7 @@ def client_load(
 
     Raises ``Overflow`` (a scaling filter outgrew one link) or ``MergeBusy`` (dual writes kept
     changing a standby) before any standby is changed: the caller takes the server path."""
-    from bloomctl.build.client import ClientBuild
+    from bloomctl.rebuild.build.client import ClientBuild
 
     started = time.perf_counter()
     build = ClientBuild(client, backend.name, standbys.targets.families)
@@ -147,7 +147,7 @@ def client_load(
 def _in_parts(build: Any, source: Source, options: RebuildOptions, reservoir: Sample | None) -> int:
     """The parallel build: the parts' bits ORed into ``build``, their samples into ``reservoir``;
     returns the items read."""
-    from bloomctl.build.parallel import build_parts
+    from bloomctl.rebuild.build.parallel import build_parts
 
     keyed = reservoir if isinstance(reservoir, KeyedReservoir) else None
     parts, merged = build_parts(

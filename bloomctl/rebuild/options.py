@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from bloomctl.cuckoo_planner import CuckooPlan
 from bloomctl.defaults import (
     AUTO,
     DEFAULT_BATCH_SIZE,
@@ -19,8 +18,9 @@ from bloomctl.defaults import (
     DEFAULT_VERIFY_SAMPLE,
     DEFAULT_WINDOW,
 )
-from bloomctl.loader import LoadStats
-from bloomctl.planner import Plan
+from bloomctl.rebuild.loader import LoadStats
+from bloomctl.sizing.bloom import Plan
+from bloomctl.sizing.cuckoo import CuckooPlan
 from bloomctl.sources import SourceStats
 
 Events = Callable[[str, dict[str, Any]], None]  # (message, fields) for the log

@@ -3,7 +3,7 @@
 ``auto`` builds in the client wherever that is known to give the server's own filter: numpy is
 installed, the server can load and dump chunks (RedisBloom), the bits fit ``client_memory``, a
 scaling filter's source can be read again should it outgrow one link, and the compatibility
-probe (``bloomctl.build.probe``) finds the client's bits equal to the server's. Otherwise the
+probe (``bloomctl.rebuild.build.probe``) finds the client's bits equal to the server's. Otherwise the
 server path, and the reason, which the log states. ``client`` turns each reason into an error.
 """
 
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bloomctl import build
 from bloomctl.backends import Backend
-from bloomctl.client import RedisClient
 from bloomctl.defaults import AUTO
 from bloomctl.errors import UnsupportedServer
+from bloomctl.rebuild import build
 from bloomctl.rebuild.options import RebuildOptions
 from bloomctl.rebuild.preflight import Targets
-from bloomctl.server import ServerInfo
+from bloomctl.server.capabilities import ServerInfo
+from bloomctl.server.client import RedisClient
 from bloomctl.sources import Source
 
 CHUNK_COMMANDS = ("bf.scandump", "bf.loadchunk", "bf.card")
@@ -57,8 +57,8 @@ def choose(
 def _unsuitable(
     client: RedisClient, backend: Backend, source: Source, targets: Targets, options: RebuildOptions
 ) -> str | None:
-    from bloomctl.build import client as client_build
-    from bloomctl.build import probe
+    from bloomctl.rebuild.build import client as client_build
+    from bloomctl.rebuild.build import probe
 
     scheme = client_build.scheme_for(backend.name)
     try:
@@ -87,7 +87,7 @@ def _server_room(client: RedisClient, targets: Targets, sizes: list[int]) -> str
     """The upload holds a second copy of each filter on its node until the cutover (and would
     make an evicting server drop other keys, the active filter among them): is there room?"""
     from bloomctl.errors import StateConflict
-    from bloomctl.memory import check_memory
+    from bloomctl.server.memory import check_memory
 
     try:
         check_memory(

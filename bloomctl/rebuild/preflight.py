@@ -13,8 +13,17 @@ from dataclasses import dataclass, replace
 from bloomctl import backends
 from bloomctl.backends import AUTO, BLOOM, CUCKOO, Backend, CuckooState, FilterState
 from bloomctl.backends.base import AnyPlan
-from bloomctl.client import RedisClient
-from bloomctl.cuckoo_planner import (
+from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
+from bloomctl.errors import StateConflict, UsageError
+from bloomctl.keys import KeyFamily, to_display
+from bloomctl.lifecycle.manifest import Manifest, new_manifest, read_manifest
+from bloomctl.lifecycle.metadata import read_metadata
+from bloomctl.lifecycle.single import check_min_ratio, to_keep_ms
+from bloomctl.rebuild.options import Events, RebuildOptions
+from bloomctl.server.capabilities import ServerInfo
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import Plan, plan, shard_plan
+from bloomctl.sizing.cuckoo import (
     DEFAULT_BUCKET_SIZE,
     DEFAULT_MAX_ITERATIONS,
     LUA,
@@ -22,15 +31,6 @@ from bloomctl.cuckoo_planner import (
     cuckoo_plan,
     full_load,
 )
-from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
-from bloomctl.errors import StateConflict, UsageError
-from bloomctl.keys import KeyFamily, to_display
-from bloomctl.manifest import Manifest, new_manifest, read_manifest
-from bloomctl.metadata import read_metadata
-from bloomctl.planner import Plan, plan, shard_plan
-from bloomctl.rebuild.options import Events, RebuildOptions
-from bloomctl.server import ServerInfo
-from bloomctl.single import check_min_ratio, to_keep_ms
 from bloomctl.sources import IncrementalSource, Source
 
 

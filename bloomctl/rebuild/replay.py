@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bloomctl.backends.library import Library
-from bloomctl.client import RedisClient
-from bloomctl.dedupe import Seen
 from bloomctl.errors import StateConflict
+from bloomctl.lifecycle.standby import Standbys
+from bloomctl.rebuild.dedupe import Seen
 from bloomctl.rebuild.options import Events
-from bloomctl.rebuild.standby import Standbys
+from bloomctl.server.client import RedisClient
 
 REPLAY_BATCH = 1000  # log entries per call at first: each replayed entry is one insert or delete on the server
 MAX_ROUNDS = 10_000  # calls before a replay that cannot catch up gives up

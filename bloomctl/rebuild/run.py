@@ -12,27 +12,27 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime
 
-from bloomctl import lifecycle
 from bloomctl.backends import Backend
 from bloomctl.backends.base import AnyPlan
-from bloomctl.client import RedisClient
-from bloomctl.cuckoo_planner import CuckooPlan
-from bloomctl.dedupe import Seen
 from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
 from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
-from bloomctl.loader import Progress, over_capacity
-from bloomctl.lock import FilterLock
-from bloomctl.manifest import write_manifest
-from bloomctl.metadata import FAILED, INTERRUPTED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
+from bloomctl.lifecycle import front as lifecycle
+from bloomctl.lifecycle.lock import FilterLock
+from bloomctl.lifecycle.manifest import write_manifest
+from bloomctl.lifecycle.metadata import FAILED, INTERRUPTED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
+from bloomctl.lifecycle.single import check_family, check_recipe
+from bloomctl.lifecycle.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
+from bloomctl.rebuild.dedupe import Seen
 from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
+from bloomctl.rebuild.loader import Progress, over_capacity
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.path import choose, describe
 from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
-from bloomctl.rebuild.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
 from bloomctl.rebuild.verify import verify
-from bloomctl.server import ServerInfo
-from bloomctl.single import check_family, check_recipe
+from bloomctl.server.capabilities import ServerInfo
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.cuckoo import CuckooPlan
 from bloomctl.sources import IncrementalSource, Source
 from bloomctl.sources.base import prefetched, recipe_of
 
@@ -286,8 +286,8 @@ def build_in_client(
 ) -> Sample | None:
     """The client build; when it cannot finish (the filter would grow a sub-filter, or dual writes
     kept changing the standby) and the source can be read again, the server path instead."""
-    from bloomctl.build.client import Overflow
-    from bloomctl.build.redisbloom import MergeBusy
+    from bloomctl.rebuild.build.client import Overflow
+    from bloomctl.rebuild.build.redisbloom import MergeBusy
 
     reservoir = new_reservoir(options)
     try:

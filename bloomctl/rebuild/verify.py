@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bloomctl.backends import Backend
-from bloomctl.client import RedisClient
 from bloomctl.defaults import DEFAULT_WINDOW
 from bloomctl.errors import VerifyFailed
 from bloomctl.keys import to_display
-from bloomctl.routing import route
+from bloomctl.lifecycle.routing import route
+from bloomctl.server.client import RedisClient
 
 VERIFY_BATCH = 1000
 MAX_MISS_EXAMPLES = 5

@@ -181,7 +181,7 @@ class CsvSource:
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> CsvSource:
         """A fresh reader of the whole file for process ``index`` of ``parts``, which keeps the
-        items a hash gives it (``bloomctl.build.parallel.take_share``): any cut by bytes or batches
+        items a hash gives it (``bloomctl.rebuild.build.parallel.take_share``): any cut by bytes or batches
         is unsafe (a quoted newline; batch boundaries move where the csv module takes over)."""
         if split_column is not None:
             raise UsageError("`split_column` splits SQL sources; a CSV file is shared out by item")

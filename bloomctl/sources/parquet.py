@@ -95,7 +95,7 @@ class ParquetSource:
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> ParquetSource:
         """A fresh reader of all the files for process ``index`` of ``parts``, which keeps the items
-        a hash gives it (``bloomctl.build.parallel.take_share``): an item repeated in two row
+        a hash gives it (``bloomctl.rebuild.build.parallel.take_share``): an item repeated in two row
         groups goes to one process, and is counted once."""
         if split_column is not None:
             raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by item")

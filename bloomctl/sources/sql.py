@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from bloomctl.connection import redact_url
 from bloomctl.errors import SourceError, UsageError
+from bloomctl.server.connection import redact_url
 from bloomctl.sources import adbc, pgcopy
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, cancellable, dbapi_cancel, item_list
 

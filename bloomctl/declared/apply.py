@@ -1,0 +1,224 @@
+"""apply: make the server hold what bloomctl.toml declares, by creating what is missing, and
+nothing else.
+
+``changes`` compares each declared filter with the server (read only) and says what ``apply``
+would do: create it (a filter with a source by its first rebuild: an empty filter in front of a
+database would answer "absent" for every real key; one the application feeds by a reserve; a
+window by its settings and first buckets), rotate a window whose buckets are missing, or nothing.
+A filter that differs from its declaration (drift) is reported with the command that resolves it:
+apply never deletes, resizes or rebuilds a live filter.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bloomctl.declared.config import Declared
+from bloomctl.declared.declarations import drift, drift_fix, recipe_drift, summarize, window_drift
+from bloomctl.errors import KeyMissing, StateConflict
+from bloomctl.server.capabilities import ServerInfo
+from bloomctl.server.client import RedisClient
+
+PROBE_CAPACITY = 1_000  # the capacity a plan is checked with while the real one is counted at the build
+
+CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "unchanged", "conflict"
+INVALID, ERROR = "invalid", "error"  # a declaration the server refuses; a server that did not answer
+BUILD, RESERVE, WINDOW = "rebuild", "reserve", "window"  # how a missing filter is made
+
+
+@dataclass(frozen=True)
+class Change:
+    decl: Declared
+    action: str  # create, rotate, drift, unchanged, conflict
+    detail: str
+    how: str | None = None  # create: rebuild, reserve or window
+    fix: str | None = None  # drift, conflict: what resolves it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "filter": self.decl.name,
+            "key": self.decl.key,
+            "action": self.action,
+            "detail": self.detail,
+            "how": self.how,
+            "fix": self.fix,
+        }
+
+
+def change_for(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
+    """What apply does with ``decl`` on this server (nothing is written, not even the function library)."""
+    from bloomctl.backends.library import installs_nothing
+
+    with installs_nothing():
+        if decl.kind == "windowed":
+            return _window_change(client, server, decl, path)
+        return _filter_change(client, server, decl, path)
+
+
+def _filter_change(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
+    from bloomctl.lifecycle import front as lifecycle
+
+    try:
+        description = lifecycle.describe(client, decl.key)
+        summary = summarize(description)
+    except KeyMissing:
+        return _creation(server, decl)
+    except StateConflict as exc:
+        return Change(decl, CONFLICT, str(exc), fix="move that key away, or declare another key")
+    members = getattr(description, "shards", None) or ()
+    absent = [str(i) for i, member in enumerate(members) if member is None]
+    if absent:
+        return Change(
+            decl,
+            CONFLICT,
+            f"sharded filter: member(s) {', '.join(absent)} of {len(members)} missing",
+            fix="restore the missing members from a dump, or rebuild it",
+        )
+    diffs = drift(decl, summary)
+    recipe = recipe_drift(decl, summary)
+    if recipe is not None:
+        diffs.append(recipe)
+    if not diffs:
+        return Change(decl, UNCHANGED, "as declared")
+    return Change(decl, DRIFT, "; ".join(d.describe() for d in diffs), fix=drift_fix(decl, path, diffs))
+
+
+def _creation(server: ServerInfo, decl: Declared) -> Change:
+    """The creation of a missing filter, checked as far as can be before anything is written (a
+    plan the server refuses, a database URL that is not set)."""
+    from bloomctl import backends
+    from bloomctl.declared.declarations import source_values
+    from bloomctl.errors import UnsupportedServer, UsageError
+
+    try:
+        if decl.source:
+            values = source_values(decl)
+            backends.choose(server, decl.backend, decl.filter_type)  # (a backend the server lacks)
+            # the plan as far as it is known (an auto capacity is counted at the build): a backend
+            # that cannot hold it (a bitmap filter that would grow) is refused now, not at the build
+            declared_plan(server, replace(decl, capacity=decl.capacity or PROBE_CAPACITY))
+            path = values.get("csv_path") or values.get("parquet_path")
+            if path and not os.access(path, os.R_OK):
+                raise UsageError("the source %r cannot be read (missing, or not readable)", path)
+            kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
+            return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
+        declared_plan(server, decl)
+        return Change(decl, CREATE, f"missing: reserve {_parameters(decl)}", RESERVE)
+    except (UsageError, UnsupportedServer) as exc:
+        return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
+
+
+def _parameters(decl: Declared) -> str:
+    parts = [decl.filter_type, f"capacity {decl.capacity:,}" if decl.capacity else "capacity auto"]
+    if decl.error_rate is not None:
+        from bloomctl.sizing.bloom import format_rate
+
+        parts.append(f"error rate {format_rate(decl.error_rate)}")
+    if decl.shards:
+        parts.append(f"{decl.shards} shards")
+    return ", ".join(parts)
+
+
+def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
+    from bloomctl.window import core as window
+
+    try:
+        spec = window.read_window(client, decl.key)
+    except KeyMissing:
+        from bloomctl.errors import UnsupportedServer, UsageError
+
+        period, keep = decl.window["period"], decl.window["keep"]
+        try:
+            window_spec(server, decl)
+        except (UsageError, UnsupportedServer) as exc:
+            return Change(decl, INVALID, f"missing, and cannot be created as declared: {exc}", fix="correct the file")
+        return Change(decl, CREATE, f"missing: a window of {keep} x {period} buckets", WINDOW)
+    except StateConflict as exc:
+        return Change(decl, CONFLICT, str(exc), fix="move that key away, or declare another key")
+    diffs = window_drift(decl, spec)
+    if diffs:
+        return Change(decl, DRIFT, "; ".join(d.describe() for d in diffs), fix=drift_fix(decl, path, diffs))
+    try:
+        report = window.rotate(client, server, decl.key, dry_run=True, remove_strays=False)
+    except StateConflict as exc:  # a key at a bucket's name that is not the window's
+        return Change(decl, CONFLICT, str(exc), fix="move that key away")
+    made = [a for a in report.actions if a.action == "created"]
+    if made:
+        return Change(decl, ROTATE, f"{len(made)} bucket(s) to make", WINDOW)
+    return Change(decl, UNCHANGED, "as declared")
+
+
+def declared_plan(server: ServerInfo, decl: Declared) -> tuple[Any, Any]:
+    """The backend and plan of a filter the application feeds (``reserve``'s, from the declaration)."""
+    from bloomctl import backends
+    from bloomctl.backends.cuckoo import plan_for
+    from bloomctl.sizing.bloom import plan
+
+    assert decl.capacity is not None  # (the file's checks: a filter without a source has a number)
+    chosen = backends.choose(server, decl.backend, decl.filter_type)
+    if chosen.kind == "cuckoo":
+        cuckoo = {
+            "bucket_size": decl.bucket_size,
+            "max_iterations": decl.max_iterations,
+            "fingerprint_bits": decl.fingerprint_bits,
+        }
+        return chosen, plan_for(
+            chosen.name, decl.capacity, decl.error_rate, decl.expansion, decl.nonscaling, cuckoo, None, server.line
+        )
+    assert decl.error_rate is not None
+    the_plan = plan(decl.capacity, decl.error_rate, chosen.expansion_for(decl.expansion, decl.nonscaling))
+    if decl.shards is None:
+        the_plan = chosen.bloom_plan(chosen.check_plan(the_plan, server.line))
+    return chosen, the_plan
+
+
+def reserve(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
+    """Create a filter the application feeds, as declared (a filter made meanwhile with the same
+    parameters is accepted)."""
+    from bloomctl.lifecycle import front as lifecycle
+
+    chosen, the_plan = declared_plan(server, decl)
+    return lifecycle.reserve(
+        client, server, decl.key, the_plan, shards=decl.shards, if_not_exists=True, backend=chosen.name
+    )
+
+
+def window_spec(server: ServerInfo, decl: Declared) -> Any:
+    from bloomctl.window import core as window
+
+    settings = decl.window
+    kind = settings.get("type", "bloom")
+    extra: dict[str, Any] = {}
+    if decl.headroom is not None:
+        extra["headroom"] = float(decl.headroom)
+    if "ahead" in settings:
+        extra["ahead"] = settings["ahead"]
+    return window.new_window(
+        server,
+        decl.key,
+        period=settings["period"],
+        keep=settings["keep"],
+        capacity=decl.capacity,
+        min_capacity=decl.min_capacity,
+        error_rate=decl.error_rate,
+        kind=kind,
+        backend=decl.backend,
+        expansion=decl.expansion,
+        nonscaling=decl.nonscaling,
+        bucket_size=decl.bucket_size,
+        max_iterations=decl.max_iterations,
+        fingerprint_bits=decl.fingerprint_bits,
+        **extra,
+    )
+
+
+def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
+    """Create the declared window where it is missing (the same one there is accepted), then make
+    its current and coming buckets (nothing removed: stray old buckets are `window rotate`'s). The
+    rotation's report."""
+    from bloomctl.window import core as window
+
+    window.create(client, server, window_spec(server, decl), if_not_exists=True)
+    return window.rotate(client, server, decl.key, remove_strays=False)

@@ -1,0 +1,118 @@
+"""A client build of one filter, or of every member of a sharded one, fed batch by batch.
+
+Items are routed to their member (``crc32 mod N``), hashed, and set in the member's bit array,
+which counts them as the server would. A RedisBloom link that would overflow its capacity ends
+the build: a NONSCALING filter is full (the server would refuse the item too), a scaling one
+would grow on the server, which this build does not do (``Overflow``: the caller takes the
+server path). ``finish`` puts every member's bits into its standby.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from bloomctl.errors import StateConflict
+from bloomctl.keys import KeyFamily, to_display
+from bloomctl.lifecycle.routing import route
+from bloomctl.rebuild.build import bitmap, redisbloom
+from bloomctl.rebuild.build.bits import BitArray
+from bloomctl.rebuild.loader import over_capacity
+from bloomctl.server.client import RedisClient
+from bloomctl.sources.base import item_list
+
+BATCH_OVERHEAD = 128 << 20  # working memory of one batch (positions, sort keys), on top of the bits
+SCHEMES: dict[str, ModuleType] = {"redisbloom": redisbloom, "bitmap": bitmap}
+
+
+class Overflow(Exception):
+    """A scaling filter would have grown a second link on the server: build it there instead."""
+
+
+def scheme_for(backend: str) -> ModuleType:
+    return SCHEMES[backend]
+
+
+def memory_needed(nbytes: Sequence[int], jobs: int = 1) -> int:
+    """Peak client memory of a build: every member's bits (in every job too), one read-back copy
+    while merging, and the working memory of a batch (per job)."""
+    jobs_extra = (sum(nbytes) + BATCH_OVERHEAD) * (jobs if jobs > 1 else 0)
+    return sum(nbytes) + max(nbytes, default=0) + BATCH_OVERHEAD + jobs_extra
+
+
+class Build:
+    """The bits of one filter, or of every member of a sharded one, from ``layouts`` (the
+    standbys' own, read from the server). No server is needed to add items: parts of a source
+    can be built in other processes and merged (``merge``)."""
+
+    def __init__(self, backend: str, layouts: Sequence[Any], names: Sequence[str] = ()) -> None:
+        self.backend = backend
+        self.scheme = scheme_for(backend)
+        self.layouts = list(layouts)
+        self.arrays: list[BitArray] = [self.scheme.new_array(layout) for layout in self.layouts]
+        self.names = list(names) or [f"shard {i}" for i in range(len(self.layouts))]
+
+    @property
+    def count(self) -> int:
+        return sum(array.count for array in self.arrays)
+
+    def add(self, batch: Any) -> None:
+        self.apply(self.prepare(batch))
+
+    def prepare(self, batch: Any) -> list[tuple[int, Any]]:
+        """The positions of a batch's items, member by member: the hashing, which can run in
+        another thread (numpy leaves the GIL) while ``apply`` sets the previous batch's bits."""
+        if len(self.arrays) == 1:
+            return [(0, self.scheme.positions(self.layouts[0], batch))]
+        groups = route(item_list(batch), len(self.arrays))
+        return [(i, self.scheme.positions(self.layouts[i], group)) for i, group in enumerate(groups) if group]
+
+    def apply(self, prepared: list[tuple[int, Any]]) -> None:
+        """Set the bits of a prepared batch, in order, counting as the server would."""
+        for index, positions in prepared:
+            self.arrays[index].add(positions)
+            self.check(index)
+
+    def check(self, index: int) -> None:
+        """A RedisBloom link holds ``capacity`` items: past that, as the server would, refuse
+        (NONSCALING) or hand over to the server path (the server would grow a sub-filter)."""
+        layout, array = self.layouts[index], self.arrays[index]
+        if array.count <= layout.capacity:
+            return
+        if self.scheme is not redisbloom:  # a bitmap filter never grows
+            raise over_capacity(self.names[index], array.count, layout.capacity)
+        if layout.nonscaling:
+            raise StateConflict(
+                "writing to %r failed: non scaling filter is full: the filter reached its capacity "
+                "(raise `capacity` or `headroom`)",
+                self.names[index],
+            )
+        raise Overflow(
+            f"{self.names[index]!r}: more than {layout.capacity:,} distinct items, so the filter grows a sub-filter"
+        )
+
+    def merge(self, datas: Sequence[Any], counts: Sequence[int]) -> None:
+        """OR in another build's bits (a part of the source built elsewhere); counts add up."""
+        for index, (data, count) in enumerate(zip(datas, counts, strict=True)):
+            self.arrays[index].merge(data)
+            self.arrays[index].count += count
+            self.check(index)
+
+
+class ClientBuild(Build):
+    """A ``Build`` for the standbys of ``families`` on a server, which ``finish`` fills."""
+
+    def __init__(self, client: RedisClient, backend: str, families: Sequence[KeyFamily]) -> None:
+        self.client = client
+        self.families = list(families)
+        scheme = scheme_for(backend)
+        layouts = [scheme.read_layout(client, family.standby) for family in self.families]
+        super().__init__(backend, layouts, [to_display(family.standby) for family in self.families])
+
+    def finish(self, generation: str, check: Callable[[], None]) -> int:
+        """Put every member's bits into its standby; returns the bytes uploaded."""
+        sent = 0
+        for family, layout, array in zip(self.families, self.layouts, self.arrays, strict=True):
+            sent += self.scheme.finish(self.client, family, layout, array, generation, check)
+        return sent

@@ -1,0 +1,77 @@
+"""The compatibility probe: a small filter built by the server and by the client, compared.
+
+Before a client-built filter replaces anything, the server at hand builds a small filter with
+the same error rate and options from a fixed set of awkward items (empty, binary, long, unicode,
+repeated), and the client builds it too: the bytes and the item count must be equal, and for
+RedisBloom the header the client would upload must be the server's own. Any difference means the
+server hashes or lays out bits another way (another module line, another server), and the
+rebuild takes the server path.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from typing import Any
+
+import numpy as np
+
+from bloomctl.backends import Backend
+from bloomctl.keys import KeyFamily
+from bloomctl.rebuild.build import bitmap, redisbloom
+from bloomctl.rebuild.build.client import scheme_for
+from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import plan as make_plan
+
+PROBE_CAPACITY = 2000
+PROBE_TTL_MS = 600_000
+
+
+def probe_items() -> list[bytes]:
+    rng = random.Random(20261130)
+    items = [b"", b"a", b"user:42", "日本語".encode(), b"\x00\xff" * 9, b"x" * 100]
+    items += [rng.randbytes(rng.randrange(1, 70)) for _ in range(1200)]
+    items += items[:300]  # repeats: counted once, as the server counts
+    return items
+
+
+def check(
+    client: RedisClient, backend: Backend, family: KeyFamily, error_rate: float, expansion: int | None
+) -> str | None:
+    """None when the client builds exactly what this server builds; else what differs."""
+    key = family.companion(f"probe:{secrets.token_hex(8)}")  # this run's own, expiring: a killed run leaves nothing
+    items = probe_items()
+    try:
+        backend.reserve(client, key, backend.check_plan(make_plan(PROBE_CAPACITY, error_rate, expansion)))
+        client.pexpire(key, PROBE_TTL_MS)  # type: ignore[attr-defined]
+        for start in range(0, len(items), 500):
+            backend.madd(client, key, items[start : start + 500])
+        return _compare(client, backend.name, key, items)
+    finally:
+        client.unlink(key)
+
+
+def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) -> str | None:
+    scheme = scheme_for(backend)
+    layout = scheme.read_layout(client, key)
+    array = scheme.new_array(layout)
+    for start in range(0, len(items), 700):  # several batches: the count must carry across them
+        array.add(scheme.positions(layout, items[start : start + 700]))
+    server_bits = scheme.read_bits(client, key, layout)
+    if not np.array_equal(server_bits, array.data):
+        differing = int(np.count_nonzero(server_bits != array.data))
+        return f"{differing} of {layout.nbytes} bytes differ from the server's"
+    server_count = _server_count(client, backend, key)
+    if server_count != array.count:
+        return f"the client counts {array.count} items, the server {server_count}"
+    if scheme is redisbloom:
+        _cursor, header = client.execute_command("BF.SCANDUMP", key, 0)
+        if layout.with_count(array.count) != header:
+            return "the header the client would upload differs from the server's"
+    return None
+
+
+def _server_count(client: RedisClient, backend: str, key: bytes) -> Any:
+    if backend == "redisbloom":
+        return int(client.execute_command("BF.CARD", key))
+    return bitmap.header_count(client.getrange(key, 0, 63))  # type: ignore[attr-defined]
