@@ -27,7 +27,8 @@ from bloomctl.server.capabilities import detect
 from bloomctl.server.connection import connect, settings_from
 from bloomctl.sizing.bloom import parse_count, plan
 from bloomctl.transfer import dumpfile
-from bloomctl.transfer.core import read_filter, restore
+from bloomctl.transfer.dump import read_filter
+from bloomctl.transfer.restore import restore
 
 
 def measure(client: redis.Redis, pid: int, run) -> tuple[float, float, tuple[str, int] | None]:

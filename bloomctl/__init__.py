@@ -20,7 +20,7 @@ _PUBLIC = {
     "Filter": "bloomctl.filters.bloom",
     "ShardedFilter": "bloomctl.filters.bloom",
     "open_filter": "bloomctl.filters.bloom",
-    "WindowedFilter": "bloomctl.window.core",
+    "WindowedFilter": "bloomctl.filters.windowed",
     "plan": "bloomctl.sizing.bloom",
     "Plan": "bloomctl.sizing.bloom",
     "connect": "bloomctl.server.connection",
@@ -56,6 +56,7 @@ __all__ = [  # noqa: RUF022 - in the order of _PUBLIC
 if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checkers and editors
     from bloomctl.errors import BloomctlError, ExitCode
     from bloomctl.filters.bloom import Filter, ShardedFilter, open_filter
+    from bloomctl.filters.windowed import WindowedFilter
     from bloomctl.keys import KeyFamily
     from bloomctl.lifecycle.lock import FilterLock
     from bloomctl.rebuild import RebuildOptions
@@ -63,7 +64,6 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from bloomctl.server.connection import connect, settings_from
     from bloomctl.sizing.bloom import Plan, plan
     from bloomctl.sources import open_source
-    from bloomctl.window.core import WindowedFilter
 
 
 def __getattr__(name: str) -> Any:

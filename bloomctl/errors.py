@@ -8,11 +8,15 @@ a Python caller reads the keyword to pass, and the CLI shows the matching flag (
 Text that comes from elsewhere (a key name, a file name, a server's own error) is never written
 into the message itself but passed as a value (``UsageError("`template` %r: %s", template, exc)``),
 so the CLI's translation of the template cannot touch it.
+
+``classify`` reads any exception (these, redis-py's, a signal) the one way every command and
+every loop over declared filters reads it: its exit code, and whether the server is behind it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -114,3 +118,82 @@ class SourceError(BloomctlError):
     """The data source could not be read."""
 
     exit_code = ExitCode.SOURCE
+
+
+# --- what any exception means: one classifier for the library and the command line -------------
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What an exception means to bloomctl: the exit code it ends a command with, and what kind
+    of trouble it is. ``classify`` makes it; nothing else decides these."""
+
+    exception: BaseException = field(compare=False)
+    exit_code: int
+    expected: bool  # a failure bloomctl reports as a result; anything else is a bug, raised
+    redis_error: bool  # redis-py raised it: the server refused a command, or did not answer
+    unreachable: bool  # the server did not answer: nothing more can be asked of it now
+    out_of_memory: bool  # the server refused a write for memory
+
+    @property
+    def line(self) -> str:
+        return first_line(self.exception)
+
+
+def classify(exc: BaseException) -> Failure:
+    """The one reading of an exception: bloomctl's own errors carry their code; a signal ends with
+    130 or 143; an exception carrying its own ``exit_code`` (the command line's usage errors) keeps
+    it; redis-py's are the server's (3); anything else is a bug (70)."""
+    redis_error = is_redis_error(exc)
+    carried = getattr(exc, "exit_code", None)
+    return Failure(
+        exception=exc,
+        exit_code=_exit_code(exc, redis_error),
+        expected=isinstance(exc, BloomctlError) or redis_error or isinstance(carried, int),
+        redis_error=redis_error,
+        unreachable=_unreachable(exc, redis_error),
+        out_of_memory=is_out_of_memory(exc),
+    )
+
+
+def _exit_code(exc: BaseException, redis_error: bool) -> int:
+    if isinstance(exc, BloomctlError):
+        return int(exc.exit_code)
+    if isinstance(exc, Terminated):
+        return int(ExitCode.TERMINATED)
+    if isinstance(exc, KeyboardInterrupt):
+        return int(ExitCode.INTERRUPTED)
+    carried = getattr(exc, "exit_code", None)
+    if isinstance(carried, int):
+        return int(carried)
+    if redis_error:
+        return int(ExitCode.CONNECTION)
+    return int(ExitCode.INTERNAL)
+
+
+def _unreachable(exc: BaseException, redis_error: bool) -> bool:
+    """A server that did not answer: refused, lost or timed out (ours: any connection failure)."""
+    if isinstance(exc, BloomctlError):
+        return exc.exit_code == ExitCode.CONNECTION
+    if not redis_error:
+        return False
+    import redis  # already loaded: it raised the exception
+
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError)
+
+
+def is_redis_error(exc: BaseException) -> bool:
+    """An exception of redis-py's (asked without importing redis: ``--help`` never loads it)."""
+    return type(exc).__module__.split(".")[0] == "redis"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A write refused for memory: redis-py's OutOfMemoryError, or a script or pipeline reply
+    that carries Redis's OOM error."""
+    return type(exc).__name__ == "OutOfMemoryError" or "command not allowed when used memory" in str(exc)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__

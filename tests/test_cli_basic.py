@@ -151,3 +151,25 @@ def test_plan_with_a_chain_too_long_to_project(cli):
     assert result.exit_code == 0
     assert "projection stops" in result.stderr
     assert len(json.loads(result.stdout)["chain"]) == 64
+
+
+def test_a_declared_rebuild_starts_from_the_rebuild_commands_own_defaults(monkeypatch):
+    """`rebuild --all` and apply's first builds start from the library's plain defaults: they are
+    the values `rebuild` parses when no option is given, type for type."""
+    from bloomctl.cli.rebuild import rebuild_command
+    from bloomctl.declared.declarations import rebuild_defaults
+
+    for variable in ("BLOOMCTL_BACKEND", "BLOOMCTL_DB_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    with (
+        main.make_context("bloomctl", ["rebuild", "-"]) as root,
+        rebuild_command.make_context("rebuild", ["-"], parent=root) as ctx,
+    ):
+        parsed = dict(ctx.params)
+    for name in ("key", "all_filters", "due", "quiet", "log_format", "output_format", "metrics_file"):
+        parsed.pop(name)
+    defaults = rebuild_defaults()
+    assert defaults == parsed
+    assert {name: type(value) for name, value in defaults.items()} == {
+        name: type(value) for name, value in parsed.items()
+    }

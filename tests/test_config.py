@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bloomctl.declared import config
-from bloomctl.declared.config import ConfigError, find, json_schema, load, parse_duration
+from bloomctl.declared.config import ConfigError, find, load
 from bloomctl.declared.declarations import rebuild_values, settings_for, source_values
+from bloomctl.declared.locate import locate
+from bloomctl.declared.schema import SPEC, json_schema, parse_duration
 from bloomctl.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -292,7 +293,7 @@ def test_the_spec_covers_every_key_of_the_docs():
             else:
                 names.add(f"{prefix}{name}")
 
-    walk(config.SPEC, "")
+    walk(SPEC, "")
     missing = sorted(name for name in names if f"`{name}`" not in page)
     assert missing == []
     shown = page.split("```toml\n", 1)[1].split("```", 1)[0]
@@ -364,7 +365,7 @@ csv = "a#b.csv"
 y = 1
 """
     tomllib.loads(text)  # (valid TOML)
-    where = config.locate(text)
+    where = locate(text)
     assert where[("filters", "a", "error_rate")] == 3 and where[("filters", "a", "source", "db_url_env")] == 6
     assert where[("filters", "b")] == 8 and where[("filters", "b", "bogus")] == 10
     assert where[("filters", "e")] == 12 and where[("filters", "e", "source", "quoted.key")] == 14

@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from bloomctl.backends import get
-from bloomctl.backends.cuckoo import LUA_HEADER, LUA_MAGIC, LuaCuckoo, lua_positions, parse_lua_header
+from bloomctl.backends.cuckoo_lua import LUA_HEADER, LUA_MAGIC, LuaCuckoo, lua_positions, parse_lua_header
 from bloomctl.backends.library import SCRIPT
 from bloomctl.errors import KeyMissing, StateConflict, UsageError, WrongType
 from bloomctl.filters.bloom import Filter

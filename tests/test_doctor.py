@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from bloomctl.cli import main
-from bloomctl.doctor.core import APPLICATION, COMMANDS, DOCTOR, DOCTOR_CLUSTER, acl_name, command_table_markdown
+from bloomctl.doctor.commands import APPLICATION, COMMANDS, DOCTOR, DOCTOR_CLUSTER, acl_name, command_table_markdown
 from bloomctl.keys import KeyFamily
 from tests.fixtures.redis import Cli
 from tests.servers import RedisServer
@@ -413,7 +413,7 @@ def test_the_table_lists_every_command_bloomctl_sends(request, tmp_path, server_
     assert "rename" in found["swap"] and "rename" in found["rollback"]  # scripts' own commands are seen
     for group, names in found.items():
         unlisted = sorted(names - NOT_CHECKED - {acl_name(call) for call in COMMANDS[group]})
-        assert unlisted == [], f"bloomctl {group} sends {unlisted}: add them to COMMANDS in bloomctl/doctor/core.py"
+        assert unlisted == [], f"bloomctl {group} sends {unlisted}: add them to COMMANDS in bloomctl/doctor/commands.py"
 
 
 def test_every_command_of_the_command_line_has_a_row():
@@ -438,7 +438,7 @@ def test_the_docs_show_the_table():
 
 
 def test_key_patterns_cover_the_family_and_escape_glob_characters():
-    from bloomctl.doctor.core import key_patterns
+    from bloomctl.doctor.access import key_patterns
 
     assert key_patterns([b"users"]) == [b"users", b"{users}:*", b"{*}:users:shard:*"]
     assert key_patterns([b"bf:{u}"])[:2] == [b"bf:{u}", b"bf:{u}:*"]
@@ -494,7 +494,7 @@ def test_doctor_never_loads_the_function_library(plain, cli_plain):
 def test_a_user_denied_discard_gets_the_truth_and_a_clean_connection(plain, cli_plain):
     """Without DISCARD the checking MULTI cannot be ended: the connection is closed, never reused,
     and what the user may not run is still reported."""
-    from bloomctl.doctor.core import diagnose
+    from bloomctl.doctor.report import diagnose
     from bloomctl.server.connection import connect, settings_from
 
     reserve(cli_plain)

@@ -350,9 +350,9 @@ def test_readers_never_miss_a_member_during_rebuild_and_swap(target, tmp_path):
 
 
 def test_progress_logs_quiet_and_json(target, tmp_path, monkeypatch):
-    import bloomctl.cli.rebuild as cli_rebuild
+    import bloomctl.cli.progress as cli_progress
 
-    monkeypatch.setattr(cli_rebuild, "LOG_EVERY_SECONDS", 0.0)
+    monkeypatch.setattr(cli_progress, "LOG_EVERY_SECONDS", 0.0)
     path = write_csv(tmp_path / "u.csv", 3000)
     logged = target.cli("rebuild", "users", "--from-csv", path, "-e", "1%", "--batch-size", "500")
     assert logged.exit_code == 0 and "loaded " in logged.stderr and "items/s" in logged.stderr

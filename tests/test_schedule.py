@@ -296,7 +296,7 @@ def test_the_example_file_runs_end_to_end(protected, shop_db, cli, tmp_path):
     assert card(client, "shop:{users}") == 4500  # deleted users are not in it
     assert contains(client, "shop:{users}", ["user:1", "user:4999"]) == [True, True]
     assert card(client, "shop:{skus}") == 2000 and contains(client, "shop:{skus}", ["SKU-000001"]) == [True]
-    from bloomctl.window.core import WindowedFilter
+    from bloomctl.filters.windowed import WindowedFilter
 
     dedupe = WindowedFilter(client, "shop:dedupe")
     dedupe.add(b"event-1")

@@ -142,3 +142,106 @@ def test_public_api_at_the_top_loads_lazily():
     assert set(bloomctl.__all__) <= set(dir(bloomctl))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         bloomctl.nope  # noqa: B018
+
+
+# Code outside bloomctl/backends/ asks a backend to do the thing, never its name. These folders
+# still compare names while other changes land in them; each leaves this list once finished.
+NAME_COMPARISONS_PENDING = ("bloomctl/doctor/", "bloomctl/window/", "bloomctl/cli/", "bloomctl/server/capabilities.py")
+
+
+def _backend_names() -> set[str]:
+    from bloomctl import backends
+
+    return set(backends.names())
+
+
+def _mentions_backend(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return "backend" in node.id.lower()
+    if isinstance(node, ast.Attribute):
+        return "backend" in node.attr.lower()
+    return False
+
+
+def _is_backend_name(node: ast.AST) -> bool:
+    """``backend.name``, ``self.backend.name``, ``chosen_backend.name``..., also in a tuple."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_is_backend_name(element) for element in node.elts)
+    return isinstance(node, ast.Attribute) and node.attr == "name" and _mentions_backend(node.value)
+
+
+def _holds_a_name(node: ast.AST) -> bool:
+    """What a backend's name is compared through: ``x.name``, or a variable or field called ``*backend*``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "name") or _mentions_backend(node)
+
+
+def _is_name_literal(node: ast.AST, names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_is_name_literal(element, names) for element in node.elts)
+    return False
+
+
+def backend_name_comparisons(source: str, names: set[str]) -> list[int]:
+    """The lines of ``source`` that compare a backend's name: with ``backend.name`` on one side, or
+    a backend's name as a literal on one side and a name-holding expression on another."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        literal = any(_is_name_literal(side, names) for side in sides)
+        if any(_is_backend_name(side) for side in sides) or (literal and any(_holds_a_name(s) for s in sides)):
+            found.append(node.lineno)
+    return found
+
+
+def test_no_code_outside_the_backends_compares_a_backends_name():
+    names = _backend_names()
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith("bloomctl/backends/") or where.startswith(NAME_COMPARISONS_PENDING):
+            continue
+        found += [f"{where}:{line}" for line in backend_name_comparisons(path.read_text(encoding="utf-8"), names)]
+    assert found == []
+
+
+def test_the_name_comparison_counter_finds_one():
+    names = _backend_names()
+    assert backend_name_comparisons('if backend.name == "bitmap":\n    pass\n', names) == [1]
+    assert backend_name_comparisons('x = self.backend.name in ("redisbloom", "lua-cuckoo")\n', names) == [1]
+    assert backend_name_comparisons('ok = "lua-cuckoo" != chosen.name\n', names) == [1]
+    assert backend_name_comparisons('grows = state.backend != "redisbloom"\n', names) == [1]
+    assert backend_name_comparisons("if requested not in (AUTO, backend.name):\n    pass\n", names) == [1]
+    assert backend_name_comparisons('if server.flavour == "redisbloom" or backend.overfills:\n    pass\n', names) == []
+
+
+def test_the_old_cuckoo_module_still_exports_its_names():
+    """``bloomctl.backends.cuckoo`` was split in three; code written against it keeps working."""
+    from bloomctl.backends import cuckoo, cuckoo_base, cuckoo_lua, cuckoo_redisbloom
+
+    assert cuckoo.lua_positions is cuckoo_lua.lua_positions
+    assert cuckoo.LuaCuckoo is cuckoo_lua.LuaCuckoo and cuckoo.RedisBloomCuckoo is cuckoo_redisbloom.RedisBloomCuckoo
+    assert cuckoo.CuckooBackend is cuckoo_base.CuckooBackend
+    for name in (
+        "CF_HEADER",
+        "LUA_MAGIC",
+        "LUA_FORMAT",
+        "LUA_HEADER",
+        "LUA_BATCH_SIZE",
+        "LARGE_RESERVE",
+        "SLICE",
+        "CuckooBackend",
+        "RedisBloomCuckoo",
+        "LuaCuckoo",
+        "parse_cf_header",
+        "cf_size_bytes",
+        "parse_lua_header",
+        "recognise_lua",
+        "lua_positions",
+        "translate_cuckoo_error",
+        "plan_for",
+    ):
+        assert hasattr(cuckoo, name), name

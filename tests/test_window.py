@@ -13,11 +13,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from bloomctl import window
 from bloomctl.backends import get
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
+from bloomctl.filters.windowed import WindowedFilter
 from bloomctl.server.capabilities import detect
-from bloomctl.window import core as window
-from bloomctl.window.core import DAY, HOUR, WEEK, WindowedFilter, parse_period, read_window
+from bloomctl.window.periods import DAY, HOUR, WEEK, parse_period
+from bloomctl.window.settings import read_window
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 

@@ -11,15 +11,28 @@ key itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from bloomctl.backends.base import Backend, CuckooState, FilterState, SubFilterState
 from bloomctl.backends.bitmap import Bitmap
-from bloomctl.backends.cuckoo import LuaCuckoo, RedisBloomCuckoo
+from bloomctl.backends.cuckoo_base import CuckooBackend
+from bloomctl.backends.cuckoo_lua import LuaCuckoo
+from bloomctl.backends.cuckoo_redisbloom import RedisBloomCuckoo
 from bloomctl.backends.redisbloom import RedisBloom
 from bloomctl.defaults import AUTO
 from bloomctl.errors import KeyMissing, UsageError, WrongType
 from bloomctl.keys import to_display
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
+from bloomctl.sizing.cuckoo import (
+    DEFAULT_BUCKET_SIZE,
+    DEFAULT_MAX_ITERATIONS,
+    LUA,
+    REDISBLOOM,
+    CuckooPlan,
+    cuckoo_plan,
+    for_cuckoo_line,
+)
 
 __all__ = [
     "AUTO",
@@ -28,6 +41,7 @@ __all__ = [
     "FilterState",
     "SubFilterState",
     "choose",
+    "cuckoo_plan_for",
     "for_key",
     "get",
     "key_type",
@@ -129,3 +143,30 @@ def for_key(client: RedisClient, key: bytes, role: str = "filter") -> Backend:
         "a string that is not a bloomctl filter" if kind == b"string" else f"{describe_type(kind)}, not a Bloom filter"
     )
     raise WrongType("%s %r holds %s", role, to_display(key), detail)
+
+
+def cuckoo_plan_for(
+    backend: str,
+    capacity: int,
+    error_rate: float | None,
+    expansion: int | None,
+    nonscaling: bool,
+    cuckoo: dict[str, Any],
+    items: int | None,
+    line: str | None,
+) -> CuckooPlan:
+    """The plan of a command's options (``cuckoo``: bucket_size, max_iterations, fingerprint_bits,
+    each None for the default), for ``backend`` (``redisbloom-cuckoo`` or ``lua-cuckoo``) as the
+    server ``line`` builds it."""
+    chosen: CuckooBackend = LuaCuckoo() if backend == "lua-cuckoo" else RedisBloomCuckoo()
+    the_plan = cuckoo_plan(
+        capacity,
+        bucket_size=cuckoo["bucket_size"] or DEFAULT_BUCKET_SIZE,
+        max_iterations=cuckoo["max_iterations"] or DEFAULT_MAX_ITERATIONS,
+        expansion=chosen.expansion_for(expansion, nonscaling),
+        engine=LUA if backend == "lua-cuckoo" else REDISBLOOM,
+        error_rate=error_rate,
+        fingerprint_bits=cuckoo["fingerprint_bits"],
+        items=items,
+    )
+    return for_cuckoo_line(the_plan, line)

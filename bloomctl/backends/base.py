@@ -1,22 +1,27 @@
 """The backend seam: what one kind of filter must do on the server, and the state it reports.
 
-``Backend`` is the interface the lifecycle talks to; ``FilterState`` and ``SubFilterState`` are a
-filter's numbers as the server reports them, and what follows from them (fill, estimated FPR).
+``Backend`` is the interface the lifecycle, the rebuild and the transfer talk to: besides the
+filter's commands it answers what they would otherwise ask its name for (whether it grows, shards,
+deletes, how it is dumped and loaded). ``FilterState`` and ``SubFilterState`` are a filter's
+numbers as the server reports them, and what follows from them (fill, estimated FPR).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_EXPANSION
-from bloomctl.errors import UsageError
+from bloomctl.defaults import AUTO, DEFAULT_BATCH_SIZE, DEFAULT_EXPANSION
+from bloomctl.errors import StateConflict, UsageError
+from bloomctl.keys import to_display
+from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.bloom import Plan, estimated_fpr, validate_expansion
-from bloomctl.sizing.cuckoo import CuckooPlan, full_load, lookup_fpr
+from bloomctl.sizing.bloom import plan as make_plan
+from bloomctl.sizing.cuckoo import REDISBLOOM, CuckooPlan, full_load, lookup_fpr
 
 AnyPlan = Plan | CuckooPlan  # a Bloom filter's plan, or a cuckoo filter's
 
@@ -225,6 +230,24 @@ def cuckoo_subs(buckets: int, bucket_size: int, growth: int, filters: int) -> tu
     return tuple(CuckooSubState(i, buckets * max(growth, 1) ** i, bucket_size) for i in range(filters))
 
 
+def in_range(value: Any, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an int, not a bool, from ``low`` up to ``high``: a number of a dump's header."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+
+
+class DumpMismatch(ValueError):
+    """A dumped chunk is not the filter its dump's header describes: the transfer reports it as a
+    corrupt dump."""
+
+
+def changed_while_dumped(key: bytes) -> StateConflict:
+    """The error of a dump whose filter was replaced or grew while its chunks were read."""
+    return StateConflict(
+        "the filter %r changed while it was being dumped (a swap, a rollback, or a new sub-filter): dump it again",
+        to_display(key),
+    )
+
+
 class Backend(ABC):
     """One way of keeping a Bloom filter on a Redis server."""
 
@@ -234,6 +257,37 @@ class Backend(ABC):
     magic: bytes = b""  # what the value starts with, where TYPE alone does not tell (checked by SWAP_LUA)
     grows: bool = True  # whether a full filter adds sub-filters (EXPANSION) rather than filling up
     batch_size: int = DEFAULT_BATCH_SIZE  # items per add command: well under 20 ms on the server
+    engine = REDISBLOOM  # the cuckoo engine that sizes a cuckoo plan for this backend (sizing.cuckoo)
+    shardable = True  # whether one filter may be split over several keys (shards)
+    # Whether it keeps taking items past its capacity, its error rate climbing, where the others
+    # grow a sub-filter or refuse the item: past its capacity a rebuild and a swap refuse it.
+    overfills = False
+    removes_items = False  # whether items can be deleted again, so that its item count can drop
+    counts_copies = False  # whether an item added twice is held twice: a rebuild adds each distinct item once
+    # Whether an application's writes during a rebuild go through the function library into a log
+    # that the rebuild replays, rather than straight into the standby.
+    logs_dual_writes = False
+    # Whether a client can compute the filter's bytes from the items alone: a Bloom filter's bits
+    # can, a cuckoo filter's slots depend on the order of its inserts and only the server knows them.
+    client_buildable = True
+    dump_command: str | None = None  # the command that reads it in chunks (SCANDUMP); None: the string, in slices
+    load_command: str | None = None  # the command that loads those chunks; None: the string is written whole
+    # Whether a dump is read a second time and compared: where chunks can move without any count
+    # changing, nothing else shows that the filter changed during the dump.
+    rereads_dump = False
+    module_free = False  # whether it runs on any server, without RedisBloom's commands
+    needs_library = False  # whether it, or the application's writes to it during a rebuild, call the function library
+    made_by_plain_add = False  # whether a plain add on a missing key creates one with the server's defaults
+    command_group = ""  # its commands' group in doctor's table of the commands bloomctl sends (bf, cf, bitmap)
+
+    def scannable_on(self, server: ServerInfo) -> bool:
+        """Whether SCAN TYPE may ask ``server`` for this backend's keys: Valkey refuses a type that no
+        loaded module defines."""
+        return True
+
+    def is_requested(self, requested: str) -> bool:
+        """Whether the option value ``requested`` asks for this very backend (by its name, or auto)."""
+        return requested in (AUTO, self.name)
 
     def batch_for(self, plan: AnyPlan) -> int:
         """Items per add command for a filter of ``plan``: well under 20 ms on the server."""
@@ -307,6 +361,61 @@ class Backend(ABC):
     @abstractmethod
     def mexists_command(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> tuple[Any, ...]:
         """The command that checks ``items``, for a pipeline; its reply goes through ``parse_flags``."""
+
+    # --- dump and restore, in the formats docs/dump-format.md describes ------------------------
+
+    def dump_chunks(self, client: RedisClient, key: bytes, size_bytes: int) -> Iterator[tuple[int, bytes]]:
+        """The filter at ``key`` as its dump's (cursor, data) chunks; ``size_bytes`` is what ``info``
+        reported for it."""
+        raise NotImplementedError
+
+    def dump_changed(self, key: bytes) -> StateConflict:
+        """The error of a dump that found the filter changed after its chunks were read."""
+        return changed_while_dumped(key)
+
+    def dump_member_ok(self, member: dict[str, Any]) -> bool:
+        """Whether a dump header's member carries the fields this backend's filters need, in range."""
+        return True
+
+    def reserved_error_rate(self, member: dict[str, Any]) -> float:
+        """The error rate a dumped member was reserved with, from its sub-filters' (its metadata
+        holds none)."""
+        first: float = member["error_rates"][0]
+        return first
+
+    def restore_plan(self, member: dict[str, Any], error_rate: float, expansion: int | None) -> AnyPlan:
+        """The plan a dumped member is restored as (for its metadata), with the dump's error rate
+        and expansion."""
+        return make_plan(member["capacity"], error_rate, expansion)
+
+    def check_first_chunk(self, data: bytes, member: dict[str, Any]) -> int | None:
+        """Raise ``DumpMismatch`` unless the first chunk of a dumped member (the filter's header, or
+        the first slice of its string) is the filter ``member`` describes. Returns the item count
+        that header holds where the restore checks the fingerprints it loads against it, else None."""
+        raise NotImplementedError
+
+    def fingerprints_in(self, data: bytes, offset: int, member: dict[str, Any]) -> int:
+        """The fingerprints a loaded data chunk at ``offset`` holds (a cuckoo filter's taken slots,
+        which must add up to its header's item count); 0 for a Bloom filter."""
+        return 0
+
+    def load_commands(self, key: bytes, cursor: int, data: bytes) -> list[tuple[Any, ...]]:
+        """The commands that load one dumped chunk into ``key``, for a backend with ``load_command``."""
+        raise NotImplementedError
+
+    def reserve_like(self, key: bytes, member: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The command that reserves an empty filter at ``key`` like a dumped member, where the
+        server's dump of an empty filter holds no chunks; None where every dump holds chunks."""
+        return None
+
+    def check_loaded(self, client: RedisClient, key: bytes, member: dict[str, Any], name: str) -> None:
+        """Raise ``VerifyFailed`` where the restored value at ``key`` is by itself not the filter
+        ``member`` describes (a string's header and length); ``info`` checks the rest."""
+        return None
+
+    def loads_reach_replicas(self, line: str) -> bool:
+        """Whether what ``load_command`` writes reaches the replicas of a server of ``line``."""
+        return True
 
     @staticmethod
     def parse_flags(reply: Sequence[Any]) -> list[bool]:

@@ -28,6 +28,7 @@ from bloomctl.backends.library import (  # noqa: F401 (their names here too: the
     library_source,
     script_source,
 )
+from bloomctl.backends.strings import StringBackend
 from bloomctl.defaults import BITMAP_BATCH_SIZE
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
@@ -99,11 +100,11 @@ def _error(exc: Exception, key: bytes) -> Exception:
     return exc
 
 
-class Bitmap(LuaBackend):
+class Bitmap(StringBackend):
     name = "bitmap"
-    redis_type = b"string"
     magic = MAGIC
-    grows = False
+    command_group = "bitmap"
+    overfills = True  # a full bitmap filter takes more items, answering "maybe" for ever more absent ones
     batch_size = BITMAP_BATCH_SIZE
     translate_error = staticmethod(_error)
 
@@ -139,22 +140,14 @@ class Bitmap(LuaBackend):
         plan = self.bloom_plan(plan)
         return HEADER_BYTES + plan.first.bytes
 
-    def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
-        return kind == self.redis_type and bool(self.select(client, [key]))
+    def recognise(self, head: bytes, length: int) -> bool:
+        return recognise(head, length)
 
-    def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
-        """Strings whose header is bloomctl's and whose length matches the bit count it declares:
-        a note that merely starts with the word "bloomctl" is not taken for a filter."""
-        if not keys:
-            return []
-        pipe = node.pipeline(transaction=False)
-        for key in keys:
-            pipe.getrange(key, 0, HEADER_BYTES - 1)
-            pipe.strlen(key)
-        replies = pipe.execute()
-        return [
-            key for key, head, length in zip(keys, replies[::2], replies[1::2], strict=True) if recognise(head, length)
-        ]
+    def check_first_chunk(self, data: bytes, member: dict[str, Any]) -> int | None:
+        head = parse_header(data[:HEADER_BYTES])
+        if head is None or HEADER_BYTES + head["bits"] // 8 != int(member["size_bytes"]) or head["bits"] % 64:
+            raise self.not_the_header()
+        return None
 
     def info(self, client: RedisClient, key: bytes, *, with_header: bool = True) -> FilterState:
         raw = self.call(client, "info", key, read_only=True)

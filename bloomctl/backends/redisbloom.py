@@ -2,7 +2,8 @@
 
 BF.SCANDUMP's first reply carries a packed little-endian header that is the only place the
 server exposes each sub-filter's error rate, bit count and hash count; the later replies are
-the raw bit arrays, chunked but never across sub-filters, which is what ``bit_fill`` popcounts.
+the raw bit arrays, chunked but never across sub-filters, which is what ``bit_fill`` popcounts
+and what a dump carries; BF.LOADCHUNK takes them back, once their header is checked here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from bloomctl.backends.base import AnyPlan, Backend, FilterState, SubFilterState
+from bloomctl.backends.base import AnyPlan, DumpMismatch, FilterState, SubFilterState
+from bloomctl.backends.chunks import ChunkedBackend
 from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageError, WrongType
 from bloomctl.keys import to_display
+from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
-from bloomctl.sizing.bloom import Plan, for_line
+from bloomctl.sizing.bloom import Plan, SubFilter, for_line
 
 OPT_NOROUND = 1  # bloom.h BLOOM_OPT_NOROUND: bits as computed, not rounded up to a power of two
 OPT_FORCE64 = 4  # BLOOM_OPT_FORCE64: 64-bit hashing (every filter RedisBloom creates)
@@ -69,9 +72,55 @@ def _info_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-class RedisBloom(Backend):
+def header_problems(blob: bytes, member: dict[str, Any]) -> list[str]:
+    """What makes a dumped filter's header chunk other than the filter ``member`` describes, every
+    sub-filter sized and hashed as RedisBloom's ``bloom_init`` does: BF.LOADCHUNK takes some headers
+    it should not, as its own checks let through 32-bit hashing, a zero growth, and any byte count."""
+    try:
+        items, options, growth, subs = parse_scandump_header(blob)
+    except ValueError as exc:
+        raise DumpMismatch(f"the filter's header chunk is corrupt ({exc})") from None
+    problems = []
+    if not options & OPT_FORCE64:  # every filter RedisBloom creates hashes with 64 bits
+        problems.append("32-bit hashing")
+    if options & ~(OPT_NOROUND | OPT_FORCE64 | OPT_NO_SCALING):
+        problems.append(f"options {options:#x}")
+    if not options & OPT_NO_SCALING and growth < 1:
+        problems.append(f"growth {growth}")
+    if len(subs) != member["filters"] or items < member["items"]:
+        problems.append(
+            f"{len(subs)} sub-filters and {items} items, the dump's header says {member['filters']} and {member['items']}"
+        )
+    for sub in subs:
+        if not 0 < sub.error_rate < 1 or sub.capacity < 1:
+            problems.append(f"sub-filter {sub.index}: capacity {sub.capacity}, error {sub.error_rate!r}")
+            break
+        sized = SubFilter.sized(sub.index, sub.capacity, sub.error_rate)
+        if options & OPT_NOROUND:
+            bits_ok = sub.bits == sized.bits
+        else:  # older filters round up to a power of two: the bits RedisBloom's entries came from
+            bits_ok = sub.bits >= 64 and sub.bits & (sub.bits - 1) == 0
+        if not bits_ok or sub.hashes != sized.hashes or sub.bytes * 8 != sub.bits:
+            problems.append(
+                f"sub-filter {sub.index} has {sub.bits} bits and {sub.hashes} hashes for capacity {sub.capacity}, "
+                f"error {sub.error_rate:g}"
+            )
+            break
+    if 32 + 64 * len(subs) + sum(sub.bytes for sub in subs) != member["size_bytes"]:
+        problems.append("its size does not add up")
+    return problems
+
+
+class RedisBloom(ChunkedBackend):
     name = "redisbloom"
     redis_type = b"MBbloom--"
+    dump_command = "BF.SCANDUMP"
+    load_command = "BF.LOADCHUNK"
+    made_by_plain_add = True  # BF.ADD on a missing key: capacity 100, error rate 1%, or CONFIG bf-*
+    command_group = "bf"
+
+    def scannable_on(self, server: ServerInfo) -> bool:
+        return server.has_bloom
 
     def call(self, client: RedisClient, key: bytes, *args: Any) -> Any:
         import redis
@@ -94,10 +143,25 @@ class RedisBloom(Backend):
         return kind == self.redis_type
 
     def reserve(self, client: RedisClient, key: bytes, plan: AnyPlan) -> None:
+        self.call(client, key, *self.reserve_command(key, plan))
+
+    def reserve_command(self, key: bytes, plan: AnyPlan) -> tuple[Any, ...]:
+        """BF.RESERVE of ``plan``, with its EXPANSION or NONSCALING."""
         plan = self.bloom_plan(plan)
         args: list[Any] = ["BF.RESERVE", key, repr(plan.error_rate), plan.capacity]
         args += ["EXPANSION", plan.expansion] if plan.scaling else ["NONSCALING"]
-        self.call(client, key, *args)
+        return tuple(args)
+
+    def reserved_error_rate(self, member: dict[str, Any]) -> float:
+        """RedisBloom builds a scaling filter's first sub-filter for half the rate it was given."""
+        first: float = member["error_rates"][0]
+        return first * 2 if member["expansion"] is not None else first
+
+    def check_first_chunk(self, data: bytes, member: dict[str, Any]) -> int | None:
+        problems = header_problems(data, member)
+        if problems:
+            raise DumpMismatch(f"the filter's header chunk is inconsistent: {'; '.join(problems)}")
+        return None
 
     def info_field(self, client: RedisClient, key: bytes, name: str) -> int | None:
         """``BF.INFO key CAPACITY|SIZE|FILTERS|ITEMS|EXPANSION`` as an int (None for a NONSCALING expansion)."""

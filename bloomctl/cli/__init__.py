@@ -25,7 +25,7 @@ from bloomctl.defaults import (
     PASSWORD_ENV,
     URL_ENV,
 )
-from bloomctl.errors import BloomctlError, ExitCode, Terminated
+from bloomctl.errors import BloomctlError, ExitCode, Terminated, classify
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -90,22 +90,21 @@ class BloomctlGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BloomctlError as exc:
-            _fail(exc.exit_code, exc.render(to_flags) + _suggestion(ctx, exc), ctx)
-        except Terminated:
-            _fail(ExitCode.TERMINATED, "terminated (SIGTERM)" + _lock_note(), ctx)
-        except KeyboardInterrupt:
-            _fail(ExitCode.INTERRUPTED, "interrupted" + _lock_note(), ctx)
+            _fail(classify(exc).exit_code, exc.render(to_flags) + _suggestion(ctx, exc), ctx)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM raised as Terminated
+            what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+            _fail(classify(exc).exit_code, what + _lock_note(), ctx)
         except Exception as exc:
-            from bloomctl.server.connection import connection_error, is_redis_error
-
-            if not is_redis_error(exc):
+            failure = classify(exc)
+            if not failure.redis_error:
                 raise
+            from bloomctl.server.connection import connection_error
 
             app = ctx.find_object(AppContext)
             settings = (app.in_use or app.settings) if app is not None else None
             if settings is None:
-                _fail(ExitCode.CONNECTION, f"{type(exc).__name__}: {exc}", ctx)
-            _fail(ExitCode.CONNECTION, connection_error(exc, settings).render(to_flags), ctx)
+                _fail(failure.exit_code, f"{type(exc).__name__}: {exc}", ctx)
+            _fail(failure.exit_code, connection_error(exc, settings).render(to_flags), ctx)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args and not ctx.resilient_parsing:  # `bloomctl` alone: a short usage, not an error
@@ -329,6 +328,7 @@ def main(
 
 
 from bloomctl.cli import (  # noqa: E402  (commands register on `main`)
+    apply,
     check,
     config,
     cutover,
@@ -358,5 +358,5 @@ main.add_command(window.window_group)
 main.add_command(doctor.doctor_command)
 main.add_command(config.config_group)
 main.add_command(check.check_command)
-main.add_command(check.apply_command)
+main.add_command(apply.apply_command)
 main.add_command(exporter.exporter_command)

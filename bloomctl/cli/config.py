@@ -83,6 +83,6 @@ def schema_command() -> None:
       # Taplo / Even Better TOML (VS Code): first line of bloomctl.toml
       #:schema ./bloomctl.schema.json
     """
-    from bloomctl.declared.config import json_schema
+    from bloomctl.declared.schema import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))

@@ -12,7 +12,7 @@ from bloomctl.cli.render import emit_json
 from bloomctl.errors import ExitCode
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when the command runs (start-up time)
-    from bloomctl.doctor.core import Report
+    from bloomctl.doctor.report import Report
 
 MARKS = {"ok": "ok   ", "info": "info ", "warning": "WARN ", "error": "ERROR"}
 SECTIONS = (
@@ -53,7 +53,8 @@ def doctor_command(app: AppContext, keys: tuple[str, ...], acl_user: str | None,
       bloomctl doctor users orders --format json | jq .summary
       bloomctl --url redis://admin@db:6379 doctor users --acl-user bloomctl-operator
     """
-    from bloomctl.doctor.core import COMMANDS, diagnose
+    from bloomctl.doctor.commands import COMMANDS
+    from bloomctl.doctor.report import diagnose
 
     registered = getattr(click.get_current_context().find_root().command, "commands", {})
     groups = [group for group in COMMANDS if group in registered and group != "plan"]
@@ -67,7 +68,7 @@ def doctor_command(app: AppContext, keys: tuple[str, ...], acl_user: str | None,
 
 
 def render_text(report: Report, url: str) -> None:
-    from bloomctl.doctor.core import shown
+    from bloomctl.doctor.commands import shown
 
     click.echo(f"bloomctl doctor: {report.server['description']} at {url}")
     for check, title in SECTIONS:

@@ -14,7 +14,7 @@ from bloomctl.cli.options import Number, format_option
 from bloomctl.cli.output import current
 from bloomctl.cli.render import fmt_rate
 from bloomctl.defaults import DEFAULT_MAX_FILL, DEFAULT_WARN
-from bloomctl.errors import ExitCode
+from bloomctl.errors import ExitCode, classify
 from bloomctl.keys import to_display
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -183,10 +183,8 @@ def fill_ratio_command(
         reports = fill_ratio(app.client, list(keys), limits, exact=exact)
     except BaseException as exc:  # no reports (Redis unreachable, a signal...): the textfile still says so
         if output_file and output_format == "prometheus":
-            from bloomctl.cli.metrics import exit_code_of
-
             with contextlib.suppress(Exception):  # the failure itself is what the user must see
-                _write(output_file, prometheus_text([], limits, exit_code_of(exc), output_file))
+                _write(output_file, prometheus_text([], limits, classify(exc).exit_code, output_file))
         raise
     reports = _with_suggestions(app, reports)
     missing = [to_display(r.key) for r in reports if r.status == MISSING]

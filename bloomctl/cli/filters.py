@@ -132,7 +132,7 @@ def _reserve_cuckoo(
     if_not_exists: bool,
     force: bool,
 ) -> tuple[Any, ReserveResult]:
-    from bloomctl.backends.cuckoo import plan_for as make_plan
+    from bloomctl.backends import cuckoo_plan_for as make_plan
     from bloomctl.cli.cuckoo import reserve_cuckoo
 
     the_plan = make_plan(chosen.name, capacity, error_rate, expansion, nonscaling, cuckoo, None, app.server.line)

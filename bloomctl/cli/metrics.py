@@ -4,6 +4,8 @@ node_exporter's textfile collector reads whatever is in the directory when it is
 file is written beside its target and renamed over it (one step: the collector never reads half a
 file). ``bloomctl_last_success_timestamp_seconds`` survives a failed run: the failing run copies
 the previous file's value, so "how long since the last success" keeps growing until one succeeds.
+``rebuild --metrics-file`` writes each filter's gauges, and keeps those of the filters a run did
+not rebuild.
 """
 
 from __future__ import annotations
@@ -12,11 +14,16 @@ import contextlib
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bloomctl.cli.output import current
 from bloomctl.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bloomctl.declared.rebuild_all import Run
 
 LAST_SUCCESS = "bloomctl_last_success_timestamp_seconds"
 LAST_SUCCESS_HELP = "When this job last succeeded (exit 0), in seconds since the epoch."
@@ -110,22 +117,81 @@ def last_success(path: str | None, labels: Mapping[str, str], succeeded: bool, n
     return (LAST_SUCCESS, LAST_SUCCESS_HELP, names, samples)
 
 
-def exit_code_of(exc: BaseException) -> int:
-    """The exit code bloomctl ends with for this exception (what the command group makes of it)."""
-    import click
+# --- rebuild's metrics file ---------------------------------------------------------------------
 
-    from bloomctl.errors import BloomctlError, ExitCode, Terminated
 
-    if isinstance(exc, BloomctlError):
-        return int(exc.exit_code)
-    if isinstance(exc, Terminated):
-        return int(ExitCode.TERMINATED)
-    if isinstance(exc, KeyboardInterrupt):
-        return int(ExitCode.INTERRUPTED)
-    if isinstance(exc, click.exceptions.Exit):
-        return int(exc.exit_code)
-    if isinstance(exc, click.ClickException):  # a usage error: 2
-        return int(exc.exit_code)
-    if type(exc).__module__.startswith("redis"):
-        return int(ExitCode.CONNECTION)
-    return int(ExitCode.INTERNAL)
+def write_metrics_safely(
+    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
+) -> None:
+    """The metrics file of these runs; a failure to write it is a warning (the run's own failure,
+    if any, is what the user must see, with its code)."""
+    try:
+        write_metrics(path, runs, all_code=all_code, keep_keys=keep_keys)
+    except Exception as failed:
+        current().warn(f"no metrics written: {failed}")
+
+
+REBUILD_GAUGES = (
+    ("bloomctl_rebuild_duration_seconds", "How long the run took.", lambda r: r.seconds),
+    ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", lambda r: r.items),
+    ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", lambda r: r.code),
+    ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", lambda r: int(r.code == 0)),
+    ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", lambda r: int(r.swapped)),
+)
+ALL_EXIT_CODE = ("bloomctl_rebuild_all_exit_code", "The exit code of the last `rebuild --all` (0: every filter done).")
+
+
+def write_metrics(
+    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
+) -> None:
+    """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on
+    failure; and the samples of keys this run did not rebuild kept as the file had them (a filter
+    not due keeps its last rebuild's), those of ``keep_keys`` only when given (``--all``: the keys
+    the file declares). With ``all_code``, the exit code of ``rebuild --all``."""
+    rebuilt = [r for r in runs if r.action == "rebuild" and r.code is not None]
+    keys = {r.key for r in rebuilt}
+
+    def kept_key(key: str | None) -> bool:
+        return bool(key) and key not in keys and (keep_keys is None or key in keep_keys)
+
+    kept = _previous_samples(path, {name for name, _h, _g in REBUILD_GAUGES} | {LAST_SUCCESS, ALL_EXIT_CODE[0]})
+    metrics: list[Metric] = []
+    for name, help_text, getter in REBUILD_GAUGES:
+        samples: list[tuple[tuple[str, ...], float]] = [
+            ((labels["key"],), value) for labels, value in kept.get(name, []) if kept_key(labels.get("key"))
+        ]
+        samples += [((r.key,), getter(r)) for r in rebuilt]
+        metrics.append((name, help_text, ("key",), samples))
+    now = time.time()
+    success: dict[tuple[str, ...], float] = {}
+    for labels, value in kept.get(LAST_SUCCESS, []):
+        command, key = labels.get("command", ""), labels.get("key", "")
+        if (command == "rebuild" and kept_key(key)) or (command == "rebuild --all" and all_code is None):
+            success[(command, key)] = value
+    for run in rebuilt:
+        latest = last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now)[3]
+        success.update({tuple(values): value for values, value in latest})
+    if all_code is not None:
+        metrics.append((*ALL_EXIT_CODE, (), [((), all_code)]))
+        latest = last_success(path, {"command": "rebuild --all", "key": ""}, all_code == 0, now)[3]
+        success.update({tuple(values): value for values, value in latest})
+    else:  # a single filter's run keeps the last --all's code where the file has it
+        metrics.append((*ALL_EXIT_CODE, (), [((), value) for _labels, value in kept.get(ALL_EXIT_CODE[0], [])[:1]]))
+    metrics.append((LAST_SUCCESS, LAST_SUCCESS_HELP, ("command", "key"), sorted(success.items())))
+    write_atomically(path, exposition(metrics), "--metrics-file")
+
+
+def _previous_samples(path: str, names: set[str]) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The samples of these metrics in the file a previous run wrote (none when it is not one)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        found: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in names:
+                    found.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+        return found
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}

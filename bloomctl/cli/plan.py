@@ -172,7 +172,7 @@ def plan_command(
     if filter_type == "cuckoo":
         if shards is not None or max_shard_memory is not None:
             raise UsageError("cuckoo filters are not sharded: leave out --shards and --max-shard-memory")
-        from bloomctl.backends.cuckoo import plan_for as make_plan
+        from bloomctl.backends import cuckoo_plan_for as make_plan
         from bloomctl.cli.cuckoo import render_cuckoo_plan
 
         name = "lua-cuckoo" if backend in ("bitmap", "module-free") else "redisbloom-cuckoo"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import time
+import functools
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,14 +13,13 @@ from bloomctl.cli.options import (
     backend_option,
     capacity_callback,
     cuckoo_options,
-    cuckoo_values,
     error_rate_callback,
     format_option,
     shards_option,
     swap_guard_options,
 )
-from bloomctl.cli.output import Output, current
-from bloomctl.cli.render import emit_json, fmt_rate, human_bytes, to_flags
+from bloomctl.cli.output import current
+from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
 from bloomctl.defaults import (
     AUTO,
     BITMAP_BATCH_SIZE,
@@ -42,62 +39,12 @@ from bloomctl.defaults import (
     MAX_HEADROOM,
     MAX_JOBS,
 )
-from bloomctl.errors import ExitCode
+from bloomctl.errors import classify
 from bloomctl.sizing.bloom import MAX_EXPANSION
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.declared.rebuild_all import Run
     from bloomctl.rebuild import RebuildReport
-
-LOG_EVERY_SECONDS = 5.0
-
-
-class Reporter:
-    """Progress and log lines on stderr (through the command's Output): tqdm on a terminal with
-    text logs, a log line every few seconds elsewhere."""
-
-    def __init__(self, output: Output, total: int | None = None) -> None:
-        self.output = output
-        self.bar: Any = None
-        self.total = total
-        self.last_log = time.monotonic()
-        self.started = time.monotonic()
-        self.done = 0
-
-    def event(self, message: str, fields: dict[str, Any]) -> None:
-        if fields.get("phase") == "count" and "rows" in fields:
-            self.total = fields["rows"]
-        level = "warning" if "warning" in fields else str(fields.get("level", "info"))
-        if self.bar is not None and self.output.log_format == "text" and not self.output.quiet:
-            self.bar.clear()
-            self.output.log(message, fields, level)
-            self.bar.refresh()
-        else:
-            self.output.log(message, fields, level)
-
-    def progress(self, done: int) -> None:
-        step, self.done = done - self.done, done  # counted also when quiet: the metrics file says it
-        if self.output.quiet:
-            return
-        if sys.stderr.isatty() and self.output.log_format == "text":
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=self.total, unit=" items", unit_scale=True, file=sys.stderr, leave=False)
-            self.bar.update(step)
-            return
-        now = time.monotonic()
-        if now - self.last_log >= LOG_EVERY_SECONDS:
-            self.last_log = now
-            rate = done / (now - self.started) if now > self.started else 0
-            total = f" of ~{self.total:,}" if self.total else ""
-            self.event(
-                f"loaded {done:,}{total} items ({rate:,.0f} items/s)",
-                {"phase": "load", "items": done, "items_per_second": round(rate)},
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
@@ -107,43 +54,6 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if value.strip().lower() == AUTO:
         return AUTO
     return capacity_callback(ctx, param, value)
-
-
-SOURCE_OPTIONS = (
-    "csv_path",
-    "parquet_path",
-    "sql",
-    "db_url",
-    "column",
-    "delimiter",
-    "encoding",
-    "template",
-    "prefix",
-    "skip_bad_rows",
-)
-
-
-SOURCE_FLAGS = {"csv_path", "parquet_path", "sql"}
-# what `rebuild --all` takes from the command line for every filter; the rest is each filter's own
-ALL_OPTIONS = {
-    "dry_run",
-    "force",
-    "swap",
-    "keep_old",
-    "min_ratio",
-    "allow_shrink",
-    "lock_wait",
-    "build",
-    "jobs",
-    "client_memory",
-    "batch_size",
-    "max_rate",
-    "window",
-    "verify_sample",
-    "verify_mode",
-    "catchup_skew",
-    "skip_bad_rows",
-}
 
 
 def source_options(f: Any) -> Any:
@@ -445,6 +355,8 @@ def _check_all(key: str | None, due: bool, all_filters: bool, explicit: dict[str
         raise click.UsageError("--due goes with --all: rebuild --all --due")
     if key is not None:
         raise click.UsageError("give a filter KEY or --all, not both")
+    from bloomctl.declared.rebuild_all import ALL_OPTIONS
+
     per_filter = sorted(set(explicit) - ALL_OPTIONS)
     if per_filter:
         opts = {param.name: param.opts[0] for param in rebuild_command.params}
@@ -464,12 +376,16 @@ def rebuild_key(
     metrics_file: str | None,
 ) -> RebuildReport:
     """``rebuild KEY``: a key, or a filter of the config file."""
+    from bloomctl.cli.metrics import write_metrics_safely
+    from bloomctl.cli.progress import run_one
+    from bloomctl.declared.declarations import SOURCE_FLAGS, SOURCE_OPTIONS, declared_inputs, why_not_rebuilt
+    from bloomctl.declared.rebuild_all import Run
+
     # With a source on the command line, the file counts only when --config itself was given: a
     # bloomctl.toml in the directory (or $BLOOMCTL_CONFIG) never changes what such a command does.
     named_source = bool(set(explicit) & SOURCE_FLAGS)
     given = ctx.find_root().get_parameter_source("config") == click.core.ParameterSource.COMMANDLINE
-    run = Run(key)
-    run.dry_run = bool(options.get("dry_run"))
+    run = Run(key, dry_run=bool(options.get("dry_run")))
     try:
         decl = declared(app, key) if given or not named_source else None
         if decl is None:
@@ -477,87 +393,20 @@ def rebuild_key(
             source_values = {name: options.pop(name) for name in SOURCE_OPTIONS}
             source_values["header"] = not options.pop("no_header")
         else:
-            key = run.key = decl.key  # (before anything can fail: the metrics are the key's)
+            key = run.key = decl.key  # before anything can fail: the metrics are the key's
             client, server = app.connect_profile(decl.profile)
+            refused = why_not_rebuilt(decl)
+            if refused is not None:  # a click usage error: the message keeps its "--help" hint
+                raise click.UsageError(refused)
             source_values, options = declared_inputs(decl, options, explicit)
         return run_one(app, client, server, key, source_values, options, run)
     except BaseException as exc:
-        if run.code is None:  # (failed before the rebuild began: the file, the profile's connection)
-            from bloomctl.cli.metrics import exit_code_of
-
-            run.code, run.detail = exit_code_of(exc), str(exc)
+        if run.code is None:  # it failed before the rebuild began: the file, the profile's connection
+            run.code, run.detail = classify(exc).exit_code, str(exc)
         raise
     finally:
         if metrics_file and not run.dry_run:
             write_metrics_safely(metrics_file, [run] if run.code is not None else [])
-
-
-class Run:
-    """One filter's rebuild, for the metrics file and the summary of --all."""
-
-    def __init__(self, key: str, name: str | None = None) -> None:
-        self.key, self.name = key, name or key
-        self.started = time.monotonic()
-        self.seconds = 0.0
-        self.code: int | None = None  # None: not run
-        self.items = 0
-        self.swapped = False
-        self.action = "rebuild"
-        self.reason = ""  # why --all did what it did
-        self.detail = ""  # what came of it
-        self.dry_run = False  # a dry run: never in the metrics file
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "key": self.key,
-            "action": self.action,
-            "reason": self.reason,
-            "exit_code": self.code,
-            "detail": self.detail,
-            "items": self.items,
-            "swapped": self.swapped,
-            "dry_run": self.dry_run,
-            "seconds": round(self.seconds, 3),
-        }
-
-
-def run_one(
-    app: AppContext,
-    client: Any,
-    server: Any,
-    key: str,
-    source_values: dict[str, Any],
-    options: dict[str, Any],
-    run: Run,
-) -> RebuildReport:
-    """One rebuild with its progress on stderr; ``run`` records its outcome (a failure's code too)."""
-    from bloomctl.cli.metrics import exit_code_of
-    from bloomctl.rebuild import rebuild
-    from bloomctl.sources import open_source
-
-    reporter = Reporter(app.output)
-    run.started = time.monotonic()
-    try:  # (the source opened inside: a missing file or driver also lands in the metrics file)
-        source = open_source(**source_values)
-        report = rebuild(
-            client,
-            server,
-            key,
-            source,
-            rebuild_options(dict(options)),
-            events=reporter.event,
-            progress=reporter.progress,
-        )
-    except BaseException as exc:
-        run.code, run.items, run.detail = exit_code_of(exc), reporter.done, _message(exc)
-        raise
-    finally:
-        reporter.close()
-        run.seconds = time.monotonic() - run.started
-    run.code, run.items, run.swapped = int(ExitCode.OK), report.source.items, report.swapped
-    run.detail = f"{report.source.items:,} items in {report.seconds:.1f}s" + (", swapped" if report.swapped else "")
-    return report
 
 
 def declared(app: AppContext, name: str) -> Any:
@@ -569,155 +418,38 @@ def declared(app: AppContext, name: str) -> Any:
     return config.filters.get(name) or next((d for d in config.filters.values() if d.key == name), None)
 
 
-def declared_inputs(
-    decl: Any, options: dict[str, Any], explicit: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The source and the options of a declared filter's rebuild: the declaration's, and over them
-    what the command line gave. A --from-* there replaces the declared source, and then the new
-    filter is swapped in only with --swap (it may not hold what the application added)."""
-    from bloomctl.declared.declarations import declared_db_url, rebuild_values, source_values
-
-    if decl.kind == "windowed":
-        raise click.UsageError(
-            f"{decl.name!r} is a windowed filter: it is rotated, not rebuilt (bloomctl window rotate {decl.key})"
-        )
-    options = {**options, **{name: value for name, value in explicit.items() if name in options}}
-    source = {name: options.pop(name) for name in SOURCE_OPTIONS}
-    source["header"] = not options.pop("no_header")
-    named_source = bool(set(explicit) & SOURCE_FLAGS)
-    if named_source:
-        variable = decl.source.get("db_url_env")
-        if (
-            source.get("sql")
-            and "db_url" not in explicit
-            and variable
-            and (os.environ.get(variable) or not source["db_url"])
-        ):
-            source["db_url"] = declared_db_url(decl)  # the declared database, for the command line's query
-    else:
-        given = source_values(decl, db_url=explicit.get("db_url"))
-        for name in ("csv_path", "parquet_path", "sql"):
-            source[name] = given.get(name)
-        for name, value in given.items():
-            flag = "no_header" if name == "header" else name
-            if flag not in explicit:
-                source[name] = value
-    for name, value in rebuild_values(decl).items():
-        if name in explicit or (name == "swap" and named_source):
-            continue
-        options[name] = value
-    return source, options
-
-
 def rebuild_all(
     app: AppContext, due: bool, explicit: dict[str, Any], output_format: str, metrics_file: str | None
 ) -> None:
-    """``rebuild --all [--due]``: every declared filter in turn, a summary, the first failure's code."""
-    from bloomctl.cli.metrics import exit_code_of
-    from bloomctl.declared import schedule
-    from bloomctl.errors import BloomctlError
+    """``rebuild --all [--due]``: the library's run over every declared filter, with this command
+    line's progress and log; a summary, and the first failure's code."""
+    from bloomctl.cli.metrics import write_metrics_safely
+    from bloomctl.cli.progress import failure_line, run_one
+    from bloomctl.declared.fleet import Fleet
+    from bloomctl.declared.rebuild_all import RebuildAll
 
-    runs: list[Run] = []
+    runner: RebuildAll | None = None
     outcome: int | None = None  # the whole run's code, for the metrics file
     declared_keys: set[str] | None = None
     dry_run = bool(explicit.get("dry_run"))
     try:
         config = app.config
-        values = {**option_defaults(), **explicit}
         declared_keys = {decl.key for decl in config.filters.values()}
-        for decl in config.filters.values():
-            run = Run(decl.key, decl.name)
-            run.dry_run = dry_run
-            runs.append(run)
-            try:
-                client, server = app.connect_profile(decl.profile)
-                decision = schedule.decide(client, decl, only_due=due)
-                run.action, run.reason = decision.action, decision.reason
-                run.detail = decision.reason if decision.action == schedule.SKIP else ""
-                if decision.action == schedule.SKIP:
-                    app.output.log(f"{decl.name}: skipped: {decision.reason}", {"filter": decl.name, "action": "skip"})
-                    continue
-                app.output.log(
-                    f"{decl.name}: {decision.action}: {decision.reason}",
-                    {"filter": decl.name, "action": decision.action},
-                )
-                if decision.action == schedule.ROTATE:
-                    _rotate(client, server, decl, run, dry_run)
-                    continue
-                source_values, options = declared_inputs(decl, values, explicit)
-                run_one(app, client, server, decl.key, source_values, options, run)
-            except (BloomctlError, click.ClickException) as exc:
-                run.code, run.detail = exit_code_of(exc), _message(exc)
-                app.output.log(
-                    f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
-                )
-            except Exception as exc:
-                if not type(exc).__module__.startswith("redis"):
-                    raise
-                run.code, run.detail = exit_code_of(exc), _message(exc)
-                app.output.log(
-                    f"{decl.name}: failed: {run.detail}", {"filter": decl.name, "exit_code": run.code}, "error"
-                )
-        failed = [r for r in runs if r.code]
-        outcome = int(failed[0].code or 0) if failed else int(ExitCode.OK)
+        fleet = Fleet(config.filters.values(), app.connect_profile)
+        rebuild = functools.partial(run_one, app)
+        runner = RebuildAll(fleet, explicit, due=due, rebuild=rebuild, log=app.output.log, describe=failure_line)
+        outcome = runner.run()
     except BaseException as exc:  # the file, a signal: the metrics file still says so
-        outcome = exit_code_of(exc)
+        outcome = classify(exc).exit_code
         raise
-    finally:  # (the file, a signal: what ran is still recorded; a dry run records nothing)
+    finally:  # what ran is recorded even then; a dry run records nothing
+        runs = runner.runs if runner is not None else []
         if metrics_file and not dry_run:
             done = [r for r in runs if r.code is not None]
             write_metrics_safely(metrics_file, done, all_code=outcome, keep_keys=declared_keys)
     render_all(runs, output_format, outcome)
     if outcome:
         raise click.exceptions.Exit(outcome)
-
-
-def _message(exc: BaseException) -> str:
-    """An error's one line, in the command line's terms (--force, not `force`)."""
-    if isinstance(exc, click.ClickException):
-        return exc.format_message()
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return to_flags(text)
-
-
-def _rotate(client: Any, server: Any, decl: Any, run: Run, dry_run: bool) -> None:
-    from bloomctl.declared import apply
-    from bloomctl.errors import KeyMissing
-    from bloomctl.window import core as window
-
-    try:
-        report = window.rotate(client, server, decl.key, dry_run=dry_run)
-        made = "dry run" if dry_run else "rotated"
-    except KeyMissing:  # a window not made yet: made as declared (what `apply` does)
-        if dry_run:
-            run.code, run.action, run.detail = int(ExitCode.OK), "rotate", "dry run: the window would be created"
-            return
-        report = apply.make_window(client, server, decl)
-        made = "created"
-    from bloomctl.cli.output import current
-
-    for warning in report.warnings:
-        current().warn(f"{decl.name}: {warning}")
-    counts = {name: sum(a.action == name for a in report.actions) for name in ("created", "expired", "foreign")}
-    run.code, run.action = int(ExitCode.OK), "rotate"
-    run.detail = f"{made}: {counts['created']} bucket(s) made, {counts['expired']} removed"
-
-
-def option_defaults() -> dict[str, Any]:
-    """The rebuild command's option values when none is given (parsed as the command line's are)."""
-    parent = click.get_current_context(silent=True)
-    with rebuild_command.make_context("rebuild", ["-"], parent=parent) as ctx:
-        values = dict(ctx.params)
-    for name in ("key", "all_filters", "due", "quiet", "log_format", "output_format", "metrics_file"):
-        values.pop(name, None)
-    return values
-
-
-def run_declared(app: AppContext, decl: Any, explicit: dict[str, Any]) -> RebuildReport:
-    """The declared filter's rebuild (``apply``'s first build of a missing one)."""
-    client, server = app.connect_profile(decl.profile)
-    source_values, options = declared_inputs(decl, option_defaults(), explicit)
-    return run_one(app, client, server, decl.key, source_values, options, Run(decl.key, decl.name))
 
 
 def render_all(runs: list[Run], output_format: str, code: int | None) -> None:
@@ -739,97 +471,6 @@ def render_all(runs: list[Run], output_format: str, code: int | None) -> None:
         f"\n{len(runs)} filter(s): {counts['rebuild']} {did}, {counts['rotate']} rotated, "
         f"{counts['skip']} skipped, {failed} failed (exit {code})"
     )
-
-
-def rebuild_options(options: dict[str, Any]) -> Any:
-    """The command's options (the source's taken out) as the library's ``RebuildOptions``."""
-    from bloomctl.rebuild import RebuildOptions
-
-    options["verify_all"] = options.pop("verify_mode") == "all"
-    cuckoo = [options.pop(name) for name in ("bucket_size", "max_iterations", "fingerprint_bits")]
-    options.update(cuckoo_values(options["filter_type"], *cuckoo))
-    return RebuildOptions.from_mapping(options)
-
-
-def write_metrics_safely(
-    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
-) -> None:
-    """The metrics file of these runs; a failure to write it is a warning (the run's own failure,
-    if any, is what the user must see, with its code)."""
-    try:
-        write_metrics(path, runs, all_code=all_code, keep_keys=keep_keys)
-    except Exception as failed:
-        current().warn(f"no metrics written: {failed}")
-
-
-REBUILD_GAUGES = (
-    ("bloomctl_rebuild_duration_seconds", "How long the run took.", lambda r: r.seconds),
-    ("bloomctl_rebuild_items", "Items read from the source (so far, when it failed).", lambda r: r.items),
-    ("bloomctl_rebuild_exit_code", "The run's exit code (0: done).", lambda r: r.code),
-    ("bloomctl_rebuild_success", "1 when the run succeeded (exit 0), else 0.", lambda r: int(r.code == 0)),
-    ("bloomctl_rebuild_swapped", "1 when the run swapped the new filter in.", lambda r: int(r.swapped)),
-)
-ALL_EXIT_CODE = ("bloomctl_rebuild_all_exit_code", "The exit code of the last `rebuild --all` (0: every filter done).")
-
-
-def write_metrics(
-    path: str, runs: list[Run], *, all_code: int | None = None, keep_keys: set[str] | None = None
-) -> None:
-    """``rebuild --metrics-file``: each run's gauges, labelled by key; a key's last success kept on
-    failure; and the samples of keys this run did not rebuild kept as the file had them (a filter
-    not due keeps its last rebuild's), those of ``keep_keys`` only when given (``--all``: the keys
-    the file declares). With ``all_code``, the exit code of ``rebuild --all``."""
-    from bloomctl.cli.metrics import LAST_SUCCESS, LAST_SUCCESS_HELP, Metric, exposition, last_success, write_atomically
-
-    rebuilt = [r for r in runs if r.action == "rebuild" and r.code is not None]
-    keys = {r.key for r in rebuilt}
-
-    def kept_key(key: str | None) -> bool:
-        return bool(key) and key not in keys and (keep_keys is None or key in keep_keys)
-
-    kept = _previous_samples(path, {name for name, _h, _g in REBUILD_GAUGES} | {LAST_SUCCESS, ALL_EXIT_CODE[0]})
-    metrics: list[Metric] = []
-    for name, help_text, getter in REBUILD_GAUGES:
-        samples: list[tuple[tuple[str, ...], float]] = [
-            ((labels["key"],), value) for labels, value in kept.get(name, []) if kept_key(labels.get("key"))
-        ]
-        samples += [((r.key,), getter(r)) for r in rebuilt]
-        metrics.append((name, help_text, ("key",), samples))
-    now = time.time()
-    success: dict[tuple[str, ...], float] = {}
-    for labels, value in kept.get(LAST_SUCCESS, []):
-        command, key = labels.get("command", ""), labels.get("key", "")
-        if (command == "rebuild" and kept_key(key)) or (command == "rebuild --all" and all_code is None):
-            success[(command, key)] = value
-    for run in rebuilt:
-        latest = last_success(path, {"command": "rebuild", "key": run.key}, run.code == 0, now)[3]
-        success.update({tuple(values): value for values, value in latest})
-    if all_code is not None:
-        metrics.append((*ALL_EXIT_CODE, (), [((), all_code)]))
-        latest = last_success(path, {"command": "rebuild --all", "key": ""}, all_code == 0, now)[3]
-        success.update({tuple(values): value for values, value in latest})
-    else:  # a single filter's run keeps the last --all's code where the file has it
-        metrics.append((*ALL_EXIT_CODE, (), [((), value) for _labels, value in kept.get(ALL_EXIT_CODE[0], [])[:1]]))
-    metrics.append((LAST_SUCCESS, LAST_SUCCESS_HELP, ("command", "key"), sorted(success.items())))
-    write_atomically(path, exposition(metrics), "--metrics-file")
-
-
-def _previous_samples(path: str, names: set[str]) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """The samples of these metrics in the file a previous run wrote (none when it is not one)."""
-    from pathlib import Path
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-        found: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in names:
-                    found.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
-        return found
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
 
 
 def render_report(report: RebuildReport, output_format: str) -> None:

@@ -15,7 +15,7 @@ from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option, swap_guard_options
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
-from bloomctl.errors import SourceError, UsageError
+from bloomctl.errors import SourceError, UsageError, is_redis_error
 
 TO_PASSWORD_ENV = "BLOOMCTL_TO_PASSWORD"
 
@@ -60,7 +60,7 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
       bloomctl dump users | gzip > users.bfdump.gz
       bloomctl --url redis://backup-host:6379 dump 'bf:{users}' -o - | bloomctl restore 'bf:{users}' --swap
     """
-    from bloomctl.transfer import core as transfer
+    from bloomctl.transfer import dump as transfer
     from bloomctl.transfer import dumpfile
 
     if output == "-" and stdout_is_tty():
@@ -146,8 +146,8 @@ def restore_command(app: AppContext, key: str, input_path: str, output_format: s
       bloomctl restore users -i users.bfdump --swap --keep-old 7200
       gunzip -c users.bfdump.gz | bloomctl restore users --swap
     """
-    from bloomctl.transfer import core as transfer
     from bloomctl.transfer import dumpfile
+    from bloomctl.transfer import restore as transfer
 
     if input_path == "-":
         if stdin_is_tty():
@@ -212,8 +212,8 @@ def copy_command(
     """
     from bloomctl.defaults import PASSWORD_ENV
     from bloomctl.server.capabilities import detect
-    from bloomctl.server.connection import connect, connection_error, is_redis_error, settings_from
-    from bloomctl.transfer import core as transfer
+    from bloomctl.server.connection import connect, connection_error, settings_from
+    from bloomctl.transfer import copy as transfer
 
     settings = settings_from(
         to_url,
@@ -249,7 +249,7 @@ def copy_command(
 
 def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
     """The source's chunks; a redis error while reading them names the source, not the target."""
-    from bloomctl.server.connection import connection_error, is_redis_error
+    from bloomctl.server.connection import connection_error
 
     try:
         yield from chunks

@@ -23,7 +23,9 @@ from bloomctl.defaults import AUTO, DEFAULT_HEADROOM, MAX_HEADROOM
 from bloomctl.errors import ExitCode
 from bloomctl.sizing.bloom import MAX_EXPANSION
 
-DEFAULT_AHEAD = 2  # (bloomctl.window.core's; that module loads when a command runs)
+# The same number as bloomctl.window.settings.DEFAULT_AHEAD, typed again because that module loads
+# the backends, which `bloomctl --help` must not.
+DEFAULT_AHEAD = 2
 
 
 @click.group("window")
@@ -100,7 +102,7 @@ def create_command(app: AppContext, name: str, output_format: str, if_not_exists
       bloomctl window create seen --period 1h --keep 24 --capacity auto --min-capacity 100k -e 1%
       bloomctl window create carts --period 7d --keep 4 --capacity 1M --type cuckoo
     """
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     cuckoo = cuckoo_values(
         options["filter_type"],
@@ -138,8 +140,8 @@ def rotate_command(app: AppContext, names: tuple[str, ...], dry_run: bool, outpu
       bloomctl window rotate dedupe seen
       */10 * * * *  bloomctl -q window rotate dedupe
     """
+    from bloomctl import window
     from bloomctl.errors import BloomctlError
-    from bloomctl.window import core as window
 
     failed: list[BloomctlError] = []
     for name in names:
@@ -148,7 +150,7 @@ def rotate_command(app: AppContext, names: tuple[str, ...], dry_run: bool, outpu
         except BloomctlError as exc:
             if len(names) == 1:
                 raise
-            failed.append(exc)  # (one broken window does not stop the others' rotation)
+            failed.append(exc)  # one broken window does not stop the others' rotation
             current().error(f"{name}: {exc.render(to_flags)}", int(exc.exit_code))
             continue
         if report.current_was_missing:
@@ -199,7 +201,7 @@ def info_command(app: AppContext, name: str, output_format: str) -> None:
       bloomctl window info dedupe
       bloomctl window info dedupe --format json | jq .combined_fpr
     """
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     info = window.describe(app.client, name)
     data = info.as_dict()

@@ -1,8 +1,8 @@
 """apply: make the server hold what bloomctl.toml declares, by creating what is missing, and
 nothing else.
 
-``changes`` compares each declared filter with the server (read only) and says what ``apply``
-would do: create it (a filter with a source by its first rebuild: an empty filter in front of a
+``apply`` plans, then creates. ``change_for`` compares a declared filter with the server (read
+only) and says what ``apply`` would do: create it (a filter with a source by its first rebuild: an empty filter in front of a
 database would answer "absent" for every real key; one the application feeds by a reserve; a
 window by its settings and first buckets), rotate a window whose buckets are missing, or nothing.
 A filter that differs from its declaration (drift) is reported with the command that resolves it:
@@ -12,20 +12,36 @@ apply never deletes, resizes or rebuilds a live filter.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from bloomctl.declared.config import Declared
-from bloomctl.declared.declarations import drift, drift_fix, recipe_drift, summarize, window_drift
-from bloomctl.errors import KeyMissing, StateConflict
+from bloomctl.declared.config import Config, Declared
+from bloomctl.declared.declarations import (
+    declared_inputs,
+    drift,
+    drift_fix,
+    rebuild_defaults,
+    recipe_drift,
+    summarize,
+    window_drift,
+)
+from bloomctl.declared.fleet import Connect, Fleet, Log, no_log, reason
+from bloomctl.errors import ExitCode, KeyMissing, StateConflict, first_line
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bloomctl.rebuild import RebuildReport
 
 PROBE_CAPACITY = 1_000  # the capacity a plan is checked with while the real one is counted at the build
 
 CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "unchanged", "conflict"
 INVALID, ERROR = "invalid", "error"  # a declaration the server refuses; a server that did not answer
 BUILD, RESERVE, WINDOW = "rebuild", "reserve", "window"  # how a missing filter is made
+
+# (client, server, key, source values, options) -> the report of a declared filter's first build
+Build = Callable[[RedisClient, ServerInfo, str, dict[str, Any], dict[str, Any]], "RebuildReport"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +138,7 @@ def _parameters(decl: Declared) -> str:
 
 
 def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path: str) -> Change:
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     try:
         spec = window.read_window(client, decl.key)
@@ -153,7 +169,7 @@ def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path
 def declared_plan(server: ServerInfo, decl: Declared) -> tuple[Any, Any]:
     """The backend and plan of a filter the application feeds (``reserve``'s, from the declaration)."""
     from bloomctl import backends
-    from bloomctl.backends.cuckoo import plan_for
+    from bloomctl.backends import cuckoo_plan_for as plan_for
     from bloomctl.sizing.bloom import plan
 
     assert decl.capacity is not None  # (the file's checks: a filter without a source has a number)
@@ -186,7 +202,7 @@ def reserve(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
 
 
 def window_spec(server: ServerInfo, decl: Declared) -> Any:
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     settings = decl.window
     kind = settings.get("type", "bloom")
@@ -218,7 +234,134 @@ def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
     """Create the declared window where it is missing (the same one there is accepted), then make
     its current and coming buckets (nothing removed: stray old buckets are `window rotate`'s). The
     rotation's report."""
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     window.create(client, server, window_spec(server, decl), if_not_exists=True)
     return window.rotate(client, server, decl.key, remove_strays=False)
+
+
+# --- the run: the plan of every declared filter, then the creations ---------------------------------
+
+
+@dataclass(frozen=True)
+class Created:
+    """What came of making one missing filter: done, or why not (with its exit code)."""
+
+    done: bool
+    text: str  # what was made, or the error
+    exit_code: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.done:
+            return {"done": True, "message": self.text, "exit_code": self.exit_code}
+        return {"done": False, "error": self.text, "exit_code": self.exit_code}
+
+
+@dataclass
+class Applied:
+    """An ``apply`` run: each declared filter's change, what came of each creation, and the codes."""
+
+    config: str
+    dry_run: bool
+    changes: list[Change] = field(default_factory=list)
+    created: dict[str, Created] = field(default_factory=dict)  # by the filter's name
+    codes: dict[str, int] = field(default_factory=dict)  # a problem's exit code, by the filter's name
+
+    @property
+    def exit_code(self) -> int:
+        """The first problem's code, in the file's order (0: everything missing was created)."""
+        return next((self.codes[c.decl.name] for c in self.changes if self.codes.get(c.decl.name)), ExitCode.OK)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "dry_run": self.dry_run,
+            "changes": [
+                {
+                    **c.as_dict(),
+                    **({"result": self.created[c.decl.name].as_dict()} if c.decl.name in self.created else {}),
+                }
+                for c in self.changes
+            ],
+            "exit_code": int(self.exit_code),
+        }
+
+
+def run(
+    config: Config,
+    connect: Connect,
+    names: list[str] | None = None,
+    *,
+    dry_run: bool = False,
+    build: Build,
+    log: Log = no_log,
+    describe: Callable[[BaseException], str] = first_line,
+) -> Applied:
+    """The plan of every (named) declared filter, then, unless ``dry_run``, each missing one made,
+    one at a time. A server that does not answer, or a creation that fails, is that filter's
+    problem: the others are still planned and made. ``build`` runs a first build from the source;
+    ``describe`` words a failed creation's error."""
+    fleet = Fleet(config.select(names), connect)
+    applied = Applied(config.path, dry_run)
+    for outcome in fleet.each(lambda client, server, decl: change_for(client, server, decl, config.path)):
+        decl, failure = outcome.decl, outcome.failure
+        if failure is None and outcome.value is not None:
+            applied.changes.append(outcome.value)
+        elif failure is not None:  # this filter says why; the other filters are still planned
+            applied.codes[decl.name] = failure.exit_code
+            detail = reason(failure) if outcome.reached else f"profile {decl.profile!r}: {reason(failure)}"
+            applied.changes.append(Change(decl, ERROR, detail))
+    if not dry_run:
+        applied.created = create(fleet, applied.changes, build=build, log=log, describe=describe)
+        applied.codes.update({name: made.exit_code for name, made in applied.created.items()})
+    for change in applied.changes:
+        if change.action == CONFLICT:
+            applied.codes[change.decl.name] = ExitCode.CONFLICT
+        elif change.action == INVALID:
+            applied.codes[change.decl.name] = ExitCode.USAGE
+    return applied
+
+
+def create(
+    fleet: Fleet,
+    changes: list[Change],
+    *,
+    build: Build,
+    log: Log = no_log,
+    describe: Callable[[BaseException], str] = first_line,
+) -> dict[str, Created]:
+    """Make each missing filter (or window's buckets) of the plan; each one's outcome, a failure
+    included (the others go on)."""
+    wanted = {c.decl.name: c for c in changes if c.action in (CREATE, ROTATE)}
+
+    def make(client: RedisClient, server: ServerInfo, decl: Declared) -> str:
+        change = wanted[decl.name]
+        log(f"apply: {decl.name}: {change.detail}", {"filter": decl.name, "action": change.action}, "info")
+        return _make(client, server, change, build)
+
+    created: dict[str, Created] = {}
+    for outcome in fleet.each(make, [c.decl for c in wanted.values()]):
+        name = outcome.decl.name
+        if outcome.failure is None:
+            created[name] = Created(True, outcome.value or "")
+            continue
+        text = describe(outcome.failure.exception)
+        log(f"apply: {name}: {text}", {"filter": name}, "error")
+        created[name] = Created(False, text, outcome.failure.exit_code)
+    return created
+
+
+def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build) -> str:
+    """Make one missing filter as its change says; what was done."""
+    decl = change.decl
+    if change.how == RESERVE:
+        result = reserve(client, server, decl)
+        return "created" if result.created else "it exists already with these parameters"
+    if change.how == WINDOW:
+        report = make_window(client, server, decl)
+        made = sum(a.action == "created" for a in report.actions)
+        return f"window ready, {made} bucket(s) made"
+    # its first build is swapped in, whatever rebuild.swap says: there is no filter to keep
+    source, options = declared_inputs(decl, rebuild_defaults(), {"swap": True})
+    rebuilt = build(client, server, decl.key, source, options)
+    return f"built from its source: {rebuilt.source.items:,} items, swapped in"

@@ -16,6 +16,7 @@ from typing import Any
 
 from bloomctl.declared.config import Config, Declared
 from bloomctl.declared.declarations import drift, drift_fix, recipe_drift, summarize, thresholds, window_drift
+from bloomctl.declared.fleet import Connect, Fleet, Outcome, reason
 from bloomctl.errors import BloomctlError, ExitCode, KeyMissing, StateConflict
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
@@ -23,8 +24,6 @@ from bloomctl.sizing.bloom import format_rate
 
 OK, WARN, FAIL, SKIP, ERROR = "ok", "warn", "fail", "skip", "error"
 CHECKS = ("exists", "parameters", "recipe", "fill", "fpr")
-
-Connect = Callable[[str], tuple[RedisClient, ServerInfo]]  # a profile's name -> its client and server
 
 
 @dataclass
@@ -86,56 +85,32 @@ class Report:
 def run(config: Config, connect: Connect, names: list[str] | None = None, *, server_checks: bool = True) -> Report:
     """Every check of every (named) declared filter; each server's checks once."""
     report = Report(config.path)
-    decls = config.select(names)
-    for profile in dict.fromkeys(d.profile for d in decls):
-        mine = [d for d in decls if d.profile == profile]
-        try:
-            client, server = connect(profile)
-        except Exception as exc:  # the other profiles are still checked
-            code = error_code(exc)
-            for decl in mine:
-                message = f"cannot reach profile {profile!r}: {reason(exc)}"
-                report.results.append(Result(decl.name, "connect", ERROR, message, decl.key, decl.line, code=code))
+    for turn in Fleet(config.select(names), connect).by_profile():
+        if turn.failure is not None:  # the other profiles are still checked
+            message = f"cannot reach profile {turn.profile!r}: {reason(turn.failure)}"
+            for decl in turn.decls:
+                report.results.append(
+                    Result(decl.name, "connect", ERROR, message, decl.key, decl.line, code=turn.failure.exit_code)
+                )
             continue
         keys: list[bytes] = []
-        for decl in mine:
-            try:
-                results, key = check_filter(client, server, config.path, decl)
-            except Exception as exc:  # this filter's checks could not run: it says why, the rest go on
-                code = error_code(exc)
-                what = "connect" if _unreachable(exc) else "read"
-                message = f"profile {profile!r}: {reason(exc)}" if what == "connect" else reason(exc)
-                results, key = [Result(decl.name, what, ERROR, message, decl.key, decl.line, code=code)], None
-            report.results += results
-            if key:
-                keys.append(key)
-        if server_checks:
-            report.results += check_server(client, server, profile, keys)
+        for outcome in turn.each(lambda client, server, decl: check_filter(client, server, config.path, decl)):
+            report.results += _results(outcome, turn.profile)
+            if outcome.value is not None and outcome.value[1]:
+                keys.append(outcome.value[1])
+        if server_checks and turn.client is not None and turn.server is not None:
+            report.results += check_server(turn.client, turn.server, turn.profile, keys)
     return report
 
 
-def _unreachable(exc: BaseException) -> bool:
-    import redis
-
-    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError) or (
-        isinstance(exc, BloomctlError) and exc.exit_code == ExitCode.CONNECTION
-    )
-
-
-def error_code(exc: BaseException) -> int:
-    """The exit code of an error that stopped a filter's checks; a bug is raised, not reported."""
-    from bloomctl.server.connection import is_redis_error
-
-    if isinstance(exc, BloomctlError):
-        return int(exc.exit_code)
-    if is_redis_error(exc):
-        return int(ExitCode.CONNECTION)
-    raise exc
-
-
-def reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:200]
+def _results(outcome: Outcome[tuple[list[Result], bytes | None]], profile: str) -> list[Result]:
+    """A filter's results; when its checks could not run, the one result that says why."""
+    decl, failure = outcome.decl, outcome.failure
+    if failure is None:
+        return outcome.value[0] if outcome.value is not None else []
+    what = "connect" if failure.unreachable else "read"
+    message = f"profile {profile!r}: {reason(failure)}" if what == "connect" else reason(failure)
+    return [Result(decl.name, what, ERROR, message, decl.key, decl.line, code=failure.exit_code)]
 
 
 def check_filter(
@@ -241,7 +216,7 @@ def _thresholds(decl: Declared, path: str, state: Any, result: Callable[..., Res
 
 
 def _check_window(client: RedisClient, path: str, decl: Declared) -> list[Result]:
-    from bloomctl.window import core as window
+    from bloomctl import window
 
     def result(check: str, status: str, message: str, fix: str | None = None) -> Result:
         return Result(decl.name, check, status, message, decl.key, decl.line, fix)
@@ -283,8 +258,9 @@ def _check_window(client: RedisClient, path: str, decl: Declared) -> list[Result
 
 def check_server(client: RedisClient, server: ServerInfo, profile: str, keys: list[bytes]) -> list[Result]:
     """doctor's checks of the server (persistence, eviction, memory), as results."""
-    from bloomctl.doctor.core import ERROR as DOCTOR_ERROR
-    from bloomctl.doctor.core import WARNING, fitness
+    from bloomctl.doctor.findings import ERROR as DOCTOR_ERROR
+    from bloomctl.doctor.findings import WARNING
+    from bloomctl.doctor.report import fitness
 
     subject = f"server {profile}"
     try:

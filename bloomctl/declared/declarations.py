@@ -14,8 +14,22 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bloomctl.declared.config import Config, Declared, Profile, parse_duration
-from bloomctl.defaults import PASSWORD_ENV
+from bloomctl.declared.config import Config, Declared, Profile
+from bloomctl.declared.schema import parse_duration
+from bloomctl.defaults import (
+    AUTO,
+    DEFAULT_CATCHUP_SKEW,
+    DEFAULT_CLIENT_MEMORY,
+    DEFAULT_DELIMITER,
+    DEFAULT_ENCODING,
+    DEFAULT_HEADROOM,
+    DEFAULT_KEEP_OLD_SECONDS,
+    DEFAULT_MIN_RATIO,
+    DEFAULT_SKIP_BAD_ROWS,
+    DEFAULT_VERIFY_SAMPLE,
+    DEFAULT_WINDOW,
+    PASSWORD_ENV,
+)
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.lifecycle.metadata import RECIPE, recipe_field
 from bloomctl.server.connection import ConnectionSettings, settings_from, url_has_secret
@@ -163,6 +177,111 @@ def rebuild_values(decl: Declared) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+# --- a declared filter's rebuild: the declaration's settings under the command line's -------------
+
+# the rebuild command's options that say where the items come from and how each is made of a row
+SOURCE_OPTIONS = (
+    "csv_path",
+    "parquet_path",
+    "sql",
+    "db_url",
+    "column",
+    "delimiter",
+    "encoding",
+    "template",
+    "prefix",
+    "skip_bad_rows",
+)
+SOURCE_FLAGS = {"csv_path", "parquet_path", "sql"}  # those that name the source itself
+
+
+def rebuild_defaults() -> dict[str, Any]:
+    """The ``rebuild`` command's option values when none is given, by the options' names: what a
+    declared filter's rebuild starts from (``rebuild --all``, ``apply``'s first build)."""
+    return {
+        **{name: None for name in SOURCE_OPTIONS},
+        "no_header": False,
+        "delimiter": DEFAULT_DELIMITER,
+        "encoding": DEFAULT_ENCODING,
+        "skip_bad_rows": DEFAULT_SKIP_BAD_ROWS,
+        "capacity": None,
+        "headroom": float(DEFAULT_HEADROOM),
+        "error_rate": None,
+        "expansion": None,
+        "nonscaling": False,
+        "backend": AUTO,
+        "shards": None,
+        "filter_type": None,
+        "bucket_size": None,
+        "max_iterations": None,
+        "fingerprint_bits": None,
+        "build": AUTO,
+        "jobs": 1,
+        "split_column": None,
+        "client_memory": DEFAULT_CLIENT_MEMORY,
+        "batch_size": None,
+        "max_rate": None,
+        "window": DEFAULT_WINDOW,
+        "verify_sample": DEFAULT_VERIFY_SAMPLE,
+        "verify_mode": "sample",
+        "since_column": None,
+        "catchup_skew": float(DEFAULT_CATCHUP_SKEW),
+        "swap": False,
+        "lock_wait": 0.0,
+        "keep_old": float(DEFAULT_KEEP_OLD_SECONDS),
+        "min_ratio": float(DEFAULT_MIN_RATIO),
+        "allow_shrink": False,
+        "allow_recipe_change": False,
+        "dry_run": False,
+        "force": False,
+    }
+
+
+def why_not_rebuilt(decl: Declared) -> str | None:
+    """Why a declared filter is not rebuilt, when it is not: a window is rotated."""
+    if decl.kind == "windowed":
+        return f"{decl.name!r} is a windowed filter: it is rotated, not rebuilt (bloomctl window rotate {decl.key})"
+    return None
+
+
+def declared_inputs(
+    decl: Declared, options: dict[str, Any], explicit: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The source and the options of a declared filter's rebuild: the declaration's, and over them
+    what the command line gave (``explicit``; ``options`` holds every option's value). A source
+    named there replaces the declared one, and then the new filter is swapped in only when the
+    command line says so (it may not hold what the application added)."""
+    refused = why_not_rebuilt(decl)
+    if refused is not None:
+        raise UsageError("%s", refused)
+    options = {**options, **{name: value for name, value in explicit.items() if name in options}}
+    source = {name: options.pop(name) for name in SOURCE_OPTIONS}
+    source["header"] = not options.pop("no_header")
+    named_source = bool(set(explicit) & SOURCE_FLAGS)
+    if named_source:
+        variable = decl.source.get("db_url_env")
+        if (
+            source.get("sql")
+            and "db_url" not in explicit
+            and variable
+            and (os.environ.get(variable) or not source["db_url"])
+        ):
+            source["db_url"] = declared_db_url(decl)  # the declared database, for the command line's query
+    else:
+        given = source_values(decl, db_url=explicit.get("db_url"))
+        for name in ("csv_path", "parquet_path", "sql"):
+            source[name] = given.get(name)
+        for name, value in given.items():
+            flag = "no_header" if name == "header" else name
+            if flag not in explicit:
+                source[name] = value
+    for name, value in rebuild_values(decl).items():
+        if name in explicit or (name == "swap" and named_source):
+            continue
+        options[name] = value
+    return source, options
+
+
 def thresholds(decl: Declared) -> Any:
     """The fill-ratio limits the declaration sets (the type's own defaults for the rest)."""
     from bloomctl.lifecycle.fill import Thresholds
@@ -289,7 +408,7 @@ def recipe_drift(decl: Declared, description: Any) -> Difference | None:
 
 
 def window_drift(decl: Declared, spec: Any) -> list[Difference]:
-    from bloomctl.window.core import parse_period
+    from bloomctl.window.periods import parse_period
 
     diffs = []
     for name, want, have in (

@@ -19,10 +19,12 @@ from typing import Any
 
 from bloomctl.declared.config import Config, Declared
 from bloomctl.declared.declarations import summarize, thresholds
-from bloomctl.errors import BloomctlError, KeyMissing, StateConflict
+from bloomctl.declared.fleet import Fleet, Outcome, Turn
+from bloomctl.errors import Failure, KeyMissing, StateConflict
 
 DEFAULT_CACHE_SECONDS = 10.0
 DEFAULT_SCRAPE_TIMEOUT = 5.0  # seconds a server may take to answer one command of a collection
+REASON_LENGTH = 300  # characters of an error's line in the log
 REBUILD_STATES = ("none", "loading", "verified", "loaded", "failed", "interrupted")
 
 Connect = Callable[[str], tuple[Any, Any]]  # a profile -> its client and server (raises when unreachable)
@@ -133,34 +135,23 @@ class Exporter:
         self.collections += 1
         out = Collection()
         started = time.monotonic()
-        for profile in dict.fromkeys(d.profile for d in self.decls):
-            mine = [d for d in self.decls if d.profile == profile]
-            began = time.monotonic()
-            up = 1
-            try:
-                client, _server = self.connect(profile)
-                for decl in mine:
-                    self._guarded(out, client, decl)
-            except Exception as exc:  # the server went away: up 0, no filter metrics of it
-                if not _expected(exc):
-                    raise
-                up = 0
+        for turn in Fleet(self.decls, self.connect).by_profile():
+            down = turn.failure if turn.failure is not None else self._filters(out, turn)
+            if down is not None:  # up 0, no filter metrics of it
                 for family in out.families.values():
-                    family.samples = [s for s in family.samples if s[0].get("profile", profile) != profile]
-                self._note_down(profile, _reason(exc))
-            else:
-                self._note_down(profile, None)
+                    family.samples = [s for s in family.samples if s[0].get("profile", turn.profile) != turn.profile]
+            self._note_down(turn.profile, None if down is None else _reason(down))
             out.add(
                 "bloomctl_up",
                 "1 when the profile's server answered the last collection, else 0.",
-                {"profile": profile},
-                up,
+                {"profile": turn.profile},
+                int(down is None),
             )
             out.add(
                 "bloomctl_collect_duration_seconds",
                 "How long collecting the profile's filters took.",
-                {"profile": profile},
-                time.monotonic() - began,
+                {"profile": turn.profile},
+                time.monotonic() - turn.began,
             )
         out.add(
             "bloomctl_exporter_collect_seconds",
@@ -169,6 +160,15 @@ class Exporter:
             time.monotonic() - started,
         )
         return out
+
+    def _filters(self, out: Collection, turn: Turn) -> Failure | None:
+        """The metrics of a reached profile's filters; the failure that says its server went away
+        part-way, if it did (its other filters are then not asked)."""
+        for outcome in turn.each(lambda client, _server, decl: self._filter(out, client, decl)):
+            if outcome.failure is not None and outcome.failure.unreachable:
+                return outcome.failure
+            self._note_filter(out, outcome)
+        return None
 
     def _note_down(self, profile: str, why: str | None) -> None:
         if why is not None and self._down.get(profile) != why:
@@ -180,26 +180,22 @@ class Exporter:
         else:
             self._down[profile] = why
 
-    def _guarded(self, out: Collection, client: Any, decl: Declared) -> None:
-        """One filter's metrics; a command the server refuses (NOPERM, a damaged key, a library too
-        new) gives its bloomctl_filter_error 1 and leaves the other filters' alone. A server that
-        does not answer is raised: the whole profile is down."""
+    def _note_filter(self, out: Collection, outcome: Outcome[None]) -> None:
+        """A filter's bloomctl_filter_error: 1 when a command the server refused (NOPERM, a damaged
+        key, a library too new) kept it from being read, with nothing half-collected of it left."""
+        decl = outcome.decl
         labels = {"filter": decl.name, "key": decl.key, "profile": decl.profile}
-        try:
-            self._filter(out, client, decl)
-        except Exception as exc:
-            if not _expected(exc) or _unreachable(exc):
-                raise
-            for family in out.families.values():  # nothing half-collected of it
-                family.samples = [s for s in family.samples if s[0].get("filter") != decl.name]
-            why = _reason(exc)
-            if self._failing.get(decl.name) != why:
-                self.log(f"exporter: {decl.name}: {why}", "warning")
-            self._failing[decl.name] = why
-            out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 1)
+        if outcome.failure is None:
+            self._failing.pop(decl.name, None)
+            out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 0)
             return
-        self._failing.pop(decl.name, None)
-        out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 0)
+        for family in out.families.values():
+            family.samples = [s for s in family.samples if s[0].get("filter") != decl.name]
+        why = _reason(outcome.failure)
+        if self._failing.get(decl.name) != why:
+            self.log(f"exporter: {decl.name}: {why}", "warning")
+        self._failing[decl.name] = why
+        out.add("bloomctl_filter_error", "1 when the filter could not be read (the log says why).", labels, 1)
 
     def _filter(self, out: Collection, client: Any, decl: Declared) -> None:
         labels = {"filter": decl.name, "key": decl.key, "profile": decl.profile}
@@ -254,7 +250,7 @@ class Exporter:
         out.add("bloomctl_false_positive_threshold_ratio", "The max_fpr declared.", labels, limits.max_fpr)
 
     def _window(self, out: Collection, client: Any, decl: Declared, labels: dict[str, str]) -> None:
-        from bloomctl.window import core as window
+        from bloomctl import window
 
         try:
             info = window.describe(client, decl.key)
@@ -291,24 +287,8 @@ class Exporter:
             self._state(out, decl, current.state, labels)
 
 
-def _expected(exc: BaseException) -> bool:
-    """A server's answer (or silence) the exporter reports; anything else is a bug and raised."""
-    return isinstance(exc, BloomctlError) or type(exc).__module__.startswith("redis")
-
-
-def _unreachable(exc: BaseException) -> bool:
-    import redis
-
-    from bloomctl.errors import ExitCode
-
-    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError) or (
-        isinstance(exc, BloomctlError) and exc.exit_code == ExitCode.CONNECTION
-    )
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:300]
+def _reason(failure: Failure) -> str:
+    return failure.line[:REASON_LENGTH]
 
 
 def serve(exporter: Exporter, host: str, port: int) -> tuple[Any, Any]:

@@ -13,7 +13,8 @@ from typing import Any
 
 from bloomctl import backends
 from bloomctl.backends import Backend
-from bloomctl.backends.cuckoo import CuckooBackend, translate_cuckoo_error
+from bloomctl.backends.cuckoo_base import CuckooBackend
+from bloomctl.backends.cuckoo_redisbloom import translate_cuckoo_error
 from bloomctl.errors import KeyMissing, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lifecycle.manifest import read_manifest

@@ -93,7 +93,7 @@ def reserve(
     plan's type (a ``CuckooPlan`` or a Bloom filter's ``Plan``) decides the filter's."""
     chosen = backends.choose(server, backend, plan.kind)
     if isinstance(plan, CuckooPlan):  # the backend chosen decides the engine (module-free: never grows)
-        plan = plan.for_engine("lua" if chosen.name == "lua-cuckoo" else "redisbloom")
+        plan = plan.for_engine(chosen.engine)
     plan = chosen.check_plan(plan, server.line)  # as this server builds it (Redis 8 caps error rates)
     family = KeyFamily.of(key)
     kind = backends.key_type(client, family.active)
@@ -411,7 +411,7 @@ def prepare_swap(
             standby_meta["dual_error"],
         )
     standby_state = _counted(backend, client, standby_key)
-    if backend.name == "bitmap" and standby_state.items > standby_state.capacity:  # dual writes since the rebuild
+    if backend.overfills and standby_state.items > standby_state.capacity:  # dual writes since the rebuild
         raise StateConflict(
             "the standby %r holds %s items, over its capacity of %s: a filter that never grows answers 'maybe' for "
             "ever more absent items past it; rebuild with a larger capacity",

@@ -115,7 +115,7 @@ def prepare_standbys(
         )
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
-    if backend.kind == "cuckoo":
+    if backend.logs_dual_writes:
         meta["dual"] = "log"  # the application's writes go to the log until the rebuild replays it
     if recipe is not None:
         meta[RECIPE] = recipe

@@ -21,8 +21,6 @@ from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 from bloomctl.sources import Source
 
-CHUNK_COMMANDS = ("bf.scandump", "bf.loadchunk", "bf.card")
-
 
 @dataclass(frozen=True)
 class Path:
@@ -42,12 +40,15 @@ def choose(
     """Where to build; reads the standbys' layouts and runs the probe (the standbys exist)."""
     if options.build == "server":
         return Path("server")
-    if backend.kind == "cuckoo":  # where each item lands depends on the others: only the server knows
+    if not backend.client_buildable:  # where each item lands depends on the others: only the server knows
         return _server("cuckoo filters are built on the server", options)
     if not build.available():
         return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", options)
-    if backend.name == "redisbloom" and not all(name in server.commands for name in CHUNK_COMMANDS):
-        return _server(f"{server.description} lacks BF.SCANDUMP/BF.LOADCHUNK/BF.CARD", options)
+    from bloomctl.rebuild.build.client import scheme_for
+
+    needed = scheme_for(backend.name).SERVER_COMMANDS
+    if not all(name in server.commands for name in needed):
+        return _server(f"{server.description} lacks {'/'.join(name.upper() for name in needed)}", options)
     reason = _unsuitable(client, backend, source, targets, options)
     if reason is not None:
         return _server(reason, options)
@@ -70,7 +71,7 @@ def _unsuitable(
         return (
             f"the build needs {needed:,} bytes of memory, more than the client memory limit {options.client_memory:,}"
         )
-    if backend.name == "redisbloom" and not options.force:
+    if scheme.UPLOADS_A_COPY and not options.force:
         room = _server_room(client, targets, [layout.nbytes for layout in layouts])
         if room is not None:
             return room

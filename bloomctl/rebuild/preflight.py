@@ -26,8 +26,6 @@ from bloomctl.sizing.bloom import Plan, plan, shard_plan
 from bloomctl.sizing.cuckoo import (
     DEFAULT_BUCKET_SIZE,
     DEFAULT_MAX_ITERATIONS,
-    LUA,
-    REDISBLOOM,
     cuckoo_plan,
     full_load,
 )
@@ -149,7 +147,7 @@ def recorded_parameters(
     manifest = read_manifest(client, family.active)
     if manifest is not None:
         backend = backends.get(manifest.backend)
-        if requested not in (AUTO, backend.name):
+        if not backend.is_requested(requested):
             raise StateConflict("%r is a sharded %s filter", to_display(family.active), backend.name)
         # The members' own metadata hold the current parameters (a rebuild may have changed them);
         # the manifest's are the ones the filter was created with.
@@ -168,7 +166,7 @@ def recorded_parameters(
                 backend.kind,
                 kind,
             )
-        if requested not in (AUTO, backend.name) and backends.choose(server, requested, backend.kind) is not backend:
+        if not backend.is_requested(requested) and backends.choose(server, requested, backend.kind) is not backend:
             raise StateConflict(
                 "the active filter is a %s filter: a %s standby could not be swapped in", backend.name, requested
             )
@@ -235,7 +233,7 @@ def resolve_cuckoo_plan(
     max_iterations = options.max_iterations or recorded.max_iterations or DEFAULT_MAX_ITERATIONS
     expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)
     fingerprint_bits = options.fingerprint_bits or (recorded.fingerprint_bits if options.error_rate is None else None)
-    engine = LUA if backend.name == "lua-cuckoo" else REDISBLOOM
+    engine = backend.engine
     capacity = options.capacity if options.capacity is not None else (recorded.capacity or AUTO)
     counted = None
     if capacity == AUTO:

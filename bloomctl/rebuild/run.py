@@ -97,13 +97,13 @@ def _rebuild(
                 f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {options.lock_ttl_ms / 1000:g}s)",
                 {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},
             )
-            if backend.kind == "cuckoo":  # the application's dual writes during the load call its functions
+            if backend.logs_dual_writes:  # the application's dual writes during the load call its functions
                 from bloomctl.backends.library import Library
 
                 Library().ensure(client)
             standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
-            # a cuckoo filter counts: each distinct item is inserted once, and the replay asks which it holds
-            seen = Seen(options.client_memory) if backend.kind == "cuckoo" else None
+            # a filter that counts copies gets each distinct item once, and the replay asks which it holds
+            seen = Seen(options.client_memory) if backend.counts_copies else None
             try:
                 since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
                 reservoir = load_all(
@@ -229,9 +229,9 @@ def load_all(
 
 
 def growth_limit(backend: Backend, standbys: Standbys) -> int | None:
-    """The items a standby may take when it never grows (bitmap: its capacity); None otherwise
-    (RedisBloom grows, or refuses a NONSCALING filter's item past its capacity itself)."""
-    return standbys.targets.plan.capacity if backend.name == "bitmap" else None
+    """The items a standby may take when its backend would take more (bitmap: its capacity); None
+    otherwise (RedisBloom grows, or refuses a NONSCALING filter's item past its capacity itself)."""
+    return standbys.targets.plan.capacity if backend.overfills else None
 
 
 def check_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: Events) -> None:
@@ -244,10 +244,10 @@ def check_fill(client: RedisClient, backend: Backend, standbys: Standbys, log: E
         return
     for member in standbys.targets.families:
         items = backend.card(client, member.standby)
-        if backend.name == "bitmap" and items > capacity:
+        if backend.overfills and items > capacity:
             standbys.mark(FAILED)
             raise over_capacity(to_display(member.standby), items, capacity)
-        if items > WARN_FILL * capacity and (backend.name == "bitmap" or not standbys.targets.plan.scaling):
+        if items > WARN_FILL * capacity and (backend.overfills or not standbys.targets.plan.scaling):
             log(
                 f"the new filter {to_display(member.standby)!r} holds {items:,} items, {items / capacity:.0%} of its "
                 f"capacity of {capacity:,}: it never grows; plan a larger capacity before it fills",

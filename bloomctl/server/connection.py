@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
 from bloomctl.errors import ConnectionFailed, UsageError
+from bloomctl.errors import is_redis_error as is_redis_error  # where callers found it before errors.classify
 
 if TYPE_CHECKING:  # pragma: no cover
     import redis
@@ -374,11 +375,6 @@ def _scrub(text: str, settings: ConnectionSettings) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text.replace(settings.url, settings.redacted_url)
-
-
-def is_redis_error(exc: BaseException) -> bool:
-    """An exception of redis-py's (without importing redis to ask)."""
-    return type(exc).__module__.split(".")[0] == "redis"
 
 
 def connection_error(

@@ -24,6 +24,8 @@ from bloomctl.rebuild.build.bits import BitArray
 from bloomctl.server.client import RedisClient
 from bloomctl.sources.base import item_list
 
+SERVER_COMMANDS: tuple[str, ...] = ()  # the function library's, or plain string commands: every server has them
+UPLOADS_A_COPY = False  # each chunk is ORed into the standby in place
 UPLOAD_CHUNK = 1 << 18  # bytes ORed per script (GETRANGE, BITOP, SETRANGE): 256 KiB ~1-1.7 ms, 1 MiB up to 6.7 ms
 ITEMS_OFFSET = 40  # the header's i64 item count
 
@@ -135,3 +137,8 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
 
 def header_count(head: bytes) -> int:
     return int(struct.unpack_from(">q", head, ITEMS_OFFSET)[0])
+
+
+def server_count(client: RedisClient, key: bytes) -> int:
+    """The items the header of the filter at ``key`` counts."""
+    return header_count(client.getrange(key, 0, HEADER_BYTES - 1))  # type: ignore[attr-defined]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import random
 import secrets
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
 from bloomctl.backends import Backend
 from bloomctl.keys import KeyFamily
-from bloomctl.rebuild.build import bitmap, redisbloom
+from bloomctl.rebuild.build import redisbloom
 from bloomctl.rebuild.build.client import scheme_for
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.bloom import plan as make_plan
@@ -46,13 +46,12 @@ def check(
         client.pexpire(key, PROBE_TTL_MS)  # type: ignore[attr-defined]
         for start in range(0, len(items), 500):
             backend.madd(client, key, items[start : start + 500])
-        return _compare(client, backend.name, key, items)
+        return _compare(client, scheme_for(backend.name), key, items)
     finally:
         client.unlink(key)
 
 
-def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) -> str | None:
-    scheme = scheme_for(backend)
+def _compare(client: RedisClient, scheme: ModuleType, key: bytes, items: list[bytes]) -> str | None:
     layout = scheme.read_layout(client, key)
     array = scheme.new_array(layout)
     for start in range(0, len(items), 700):  # several batches: the count must carry across them
@@ -61,7 +60,7 @@ def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) 
     if not np.array_equal(server_bits, array.data):
         differing = int(np.count_nonzero(server_bits != array.data))
         return f"{differing} of {layout.nbytes} bytes differ from the server's"
-    server_count = _server_count(client, backend, key)
+    server_count = scheme.server_count(client, key)
     if server_count != array.count:
         return f"the client counts {array.count} items, the server {server_count}"
     if scheme is redisbloom:
@@ -69,9 +68,3 @@ def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) 
         if layout.with_count(array.count) != header:
             return "the header the client would upload differs from the server's"
     return None
-
-
-def _server_count(client: RedisClient, backend: str, key: bytes) -> Any:
-    if backend == "redisbloom":
-        return int(client.execute_command("BF.CARD", key))
-    return bitmap.header_count(client.getrange(key, 0, 63))  # type: ignore[attr-defined]

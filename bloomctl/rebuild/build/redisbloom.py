@@ -33,6 +33,8 @@ from bloomctl.server.client import RedisClient
 HEADER = struct.Struct("<QIII")  # items, nfilters, options, growth
 LINK = struct.Struct("<QQQddIQB")  # bytes, bits, items, error, bpe, hashes, capacity (entries), n2
 OPT_NOROUND, OPT_FORCE64, OPT_NO_SCALING = 1, 4, 8
+SERVER_COMMANDS = ("bf.scandump", "bf.loadchunk", "bf.card")  # what the layout, the upload and the cutover use
+UPLOADS_A_COPY = True  # the bits go to a companion key first: the node holds two copies until the cutover
 UPLOAD_CHUNK = 4 << 20  # bytes per BF.LOADCHUNK: ~1 ms on the server (16 MiB: up to 4.5 ms)
 MERGE_ROUNDS = 8
 BUILD_TTL_MS = 3_600_000  # the build's own key expires: a killed run leaves no full-size copy behind
@@ -113,6 +115,11 @@ def positions(layout: Layout, batch: Any) -> np.ndarray[Any, Any]:
 
 def new_array(layout: Layout) -> BitArray:
     return BitArray(layout.nbytes, msb_first=False)
+
+
+def server_count(client: RedisClient, key: bytes) -> int:
+    """The items the server counts in the filter at ``key``."""
+    return int(client.execute_command("BF.CARD", key))
 
 
 def read_layout(client: RedisClient, key: bytes) -> Layout:

@@ -1,0 +1,96 @@
+"""``bloomctl apply``: create what bloomctl.toml declares and the server lacks; the plan and its outcome."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from bloomctl.cli.context import AppContext
+from bloomctl.cli.options import format_option
+from bloomctl.cli.render import emit_json, to_flags
+from bloomctl.errors import BloomctlError, ExitCode
+
+if TYPE_CHECKING:  # pragma: no cover - the library loads when the command runs (start-up time)
+    from bloomctl.declared.apply import Applied
+
+SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "conflict": "!", "invalid": "!", "error": "!"}
+
+
+@click.command("apply")
+@click.argument("names", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Print what would be created; change nothing.")
+@format_option("text", "json")
+@click.pass_obj
+def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output_format: str) -> None:
+    """Create what bloomctl.toml declares and the server lacks (or those NAMES); never delete or resize.
+
+    Prints a plan first: + to create (a filter with a source by its first rebuild, never empty;
+    one the application feeds by a reserve; a window by its settings and first buckets), ~ for
+    drift (reported with the command that resolves it, usually a rebuild: apply changes no live
+    filter), = unchanged, ! a key that holds something else. Then creates, one at a time.
+    Exit 0 when everything missing was created (drift alone exits 0: `bloomctl check` is the
+    gate), 5 when a key holds something else, else the first failed creation's code.
+
+    \b
+    Examples:
+      bloomctl apply --dry-run
+      bloomctl --config deploy/bloomctl.toml apply
+      bloomctl apply dedupe
+    """
+    from bloomctl.cli.progress import run_one
+    from bloomctl.declared import apply
+    from bloomctl.declared.rebuild_all import Run
+
+    def build(client: Any, server: Any, key: str, source: dict[str, Any], options: dict[str, Any]) -> Any:
+        return run_one(app, client, server, key, source, options, Run(key))
+
+    applied = apply.run(
+        app.config,
+        app.connect_profile,
+        list(names),
+        dry_run=dry_run,
+        build=build,
+        log=app.output.log,
+        describe=_failure_message,
+    )
+    if output_format == "json":
+        emit_json(applied.as_dict())
+    else:
+        _render_plan(applied)
+    code = applied.exit_code
+    if code != ExitCode.OK:
+        raise click.exceptions.Exit(code)
+
+
+def _failure_message(exc: BaseException) -> str:
+    """A failed creation's error as the command line says it."""
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    if isinstance(exc, BloomctlError):
+        return to_flags(str(exc))
+    return str(exc)
+
+
+def _render_plan(applied: Applied) -> None:
+    changes, created, dry_run = applied.changes, applied.created, applied.dry_run
+    width = max((len(c.decl.name) for c in changes), default=4)
+    for change in changes:
+        decl = change.decl
+        key = f"  (key {decl.key!r})" if decl.key != decl.name else ""
+        click.echo(f"{SYMBOLS[change.action]} {decl.name:<{width}}  {change.action}: {change.detail}{key}")
+        if change.fix:
+            click.echo(f"  {'':<{width}}  resolve: {change.fix}")
+        made = created.get(decl.name)
+        if made is not None:
+            verdict = made.text if made.done else f"FAILED (exit {made.exit_code}): {made.text}"
+            click.echo(f"  {'':<{width}}  -> {verdict}")
+    wanted = sum(c.action in ("create", "rotate") for c in changes)
+    drifted = sum(c.action == "drift" for c in changes)
+    conflicts = sum(c.action in ("conflict", "invalid", "error") for c in changes)
+    if dry_run:
+        head = f"dry run: {wanted} to create, nothing changed"
+    else:
+        done = sum(1 for made in created.values() if made.done)
+        head = f"{done} of {wanted} created"
+    click.echo(f"\n{head}; {drifted} drifted (apply changes no live filter); {conflicts} cannot be applied")
