@@ -293,6 +293,7 @@ def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> 
 def info_warnings(app: AppContext, description: Any) -> list[str]:
     """What an operator should hear about a filter: one auto-created with the server's defaults
     (the classic forgotten BF.RESERVE: 100 items, then a chain of ever bigger sub-filters)."""
+    from bloomctl import backends
     from bloomctl.server.capabilities import BloomDefaults, bloom_defaults, looks_auto_created
 
     state = description.state
@@ -300,7 +301,8 @@ def info_warnings(app: AppContext, description: Any) -> list[str]:
         from bloomctl.cli.cuckoo import info_warnings as cuckoo_warnings
 
         return cuckoo_warnings(state)
-    if state.backend != "redisbloom":
+    made_by_plain_add = backends.get(state.backend).made_by_plain_add
+    if not made_by_plain_add:
         return []
     defaults = bloom_defaults(app.client, app.server)
     first_error = state.subfilters[0].error_rate if state.subfilters else None
@@ -310,7 +312,7 @@ def info_warnings(app: AppContext, description: Any) -> list[str]:
             d
             for d in (defaults, BloomDefaults())
             if looks_auto_created(
-                state.backend, state.reserved_capacity, state.expansion, first_error, description.metadata, d
+                made_by_plain_add, state.reserved_capacity, state.expansion, first_error, description.metadata, d
             )
         ),
         None,

@@ -21,11 +21,18 @@ from bloomctl.errors import UsageError
 from bloomctl.sizing.bloom import DEFAULT_LINE, SERVER_LINES, Plan, for_line, plan, shard_plan, suggest_shards
 
 
+def _overfills(backend: str) -> bool:
+    """Whether the backend keeps taking items past its capacity, so that a plan shows its fill, not a chain."""
+    from bloomctl.backends import get
+
+    return get(backend).overfills
+
+
 def plan_rows(p: Plan, backend: str = "redisbloom") -> list[tuple[str, str]]:
-    if backend == "bitmap":
+    if _overfills(backend):
         from bloomctl.backends import get
 
-        size = get("bitmap").size_bytes(p)
+        size = get(backend).size_bytes(p)
         return [
             ("backend", "bitmap (one Redis string, hashed by server-side Lua; never grows)"),
             ("capacity", f"{p.capacity:,}"),
@@ -56,10 +63,10 @@ BITMAP_WHEN_FULL = "a bitmap filter keeps accepting items, and its false-positiv
 def plan_data(p: Plan, backend: str = "redisbloom") -> dict[str, Any]:
     data: dict[str, Any] = {"backend": backend, **p.as_dict()}
     data["warnings"] = [to_flags(message) for message in data["warnings"]]
-    if backend == "bitmap":
+    if _overfills(backend):
         from bloomctl.backends import get
 
-        data["size_bytes"] = get("bitmap").size_bytes(p)
+        data["size_bytes"] = get(backend).size_bytes(p)
         if "total_memory_bytes" in data:
             data["total_memory_bytes"] = data["size_bytes"]
         data["warnings"] = [to_flags(message) for message in p.warnings(BITMAP_WHEN_FULL)]
@@ -74,7 +81,7 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
         emit_json(data)
         return
     emit_pairs("Plan", plan_rows(p, backend))
-    if p.items is not None and backend == "bitmap":
+    if p.items is not None and _overfills(backend):
         emit_pairs(
             "",
             [
@@ -168,14 +175,16 @@ def plan_command(
     """
     cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
     require_error_rate(error_rate, filter_type)
-    backend, line = _backend_and_line(None if backend == "module-free" and filter_type != "cuckoo" else backend, line)
+    if filter_type != "cuckoo":
+        backend = BLOOM_OPTION.get(backend or "")
+    backend, line = _backend_and_line(backend, line)
     if filter_type == "cuckoo":
         if shards is not None or max_shard_memory is not None:
             raise UsageError("cuckoo filters are not sharded: leave out --shards and --max-shard-memory")
         from bloomctl.backends import cuckoo_plan_for as make_plan
         from bloomctl.cli.cuckoo import render_cuckoo_plan
 
-        name = "lua-cuckoo" if backend in ("bitmap", "module-free") else "redisbloom-cuckoo"
+        name = CUCKOO_OPTION[backend]
         render_cuckoo_plan(
             make_plan(name, capacity, error_rate, expansion, nonscaling, cuckoo, items, line), output_format
         )
@@ -190,14 +199,24 @@ def plan_command(
     render_shards(the_plan, backend, shards, max_shard_memory, output_format, line)
 
 
+# What the options name when plan has no server to ask. For a Bloom filter, --backend module-free
+# plans as RedisBloom unless --server bitmap says otherwise; for a cuckoo filter either module-free
+# spelling is the module-free backend.
+BLOOM_OPTION = {"redisbloom": "redisbloom", "bitmap": "bitmap"}
+CUCKOO_OPTION = {"redisbloom": "redisbloom-cuckoo", "bitmap": "lua-cuckoo", "module-free": "lua-cuckoo"}
+# The bitmap line is the module-free backend's own: --server bitmap and --backend bitmap go together.
+LINE_BACKEND = {"bitmap": "bitmap"}
+BACKEND_LINE = {backend: line for line, backend in LINE_BACKEND.items()}
+
+
 def _backend_and_line(backend: str | None, line: str | None) -> tuple[str, str]:
     """--backend and --server agree: bitmap is both a backend and a line."""
-    if (backend == "bitmap") != (line == "bitmap") and backend is not None and line is not None:
+    if backend is not None and line is not None and (backend in BACKEND_LINE) != (line in LINE_BACKEND):
         raise UsageError("--backend %s and --server %s disagree: the bitmap backend is its own line", backend, line)
     if backend is None:
-        backend = "bitmap" if line == "bitmap" else "redisbloom"
+        backend = LINE_BACKEND.get(line or "", "redisbloom")
     if line is None:
-        line = "bitmap" if backend == "bitmap" else DEFAULT_LINE
+        line = BACKEND_LINE.get(backend, DEFAULT_LINE)
     return backend, line
 
 

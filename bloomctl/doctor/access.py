@@ -40,15 +40,16 @@ PASSWORD_NOTE = (
 
 def conditions_in_use(backends_in_use: set[str], bitmap_mode: str | None, cluster: bool) -> set[str]:
     """The prefixes of COMMANDS that apply to this server: the backends in use, how their Lua runs, a Cluster."""
+    from bloomctl import backends
     from bloomctl.backends.bitmap import FUNCTIONS
 
     found = set()
-    if "redisbloom" in backends_in_use:
-        found.add("bf")
-    if "redisbloom-cuckoo" in backends_in_use:
-        found |= {"cf", "fn" if bitmap_mode in (None, FUNCTIONS) else "script"}  # its dual writes
-    if {"bitmap", "lua-cuckoo"} & backends_in_use:
-        found |= {"bitmap", "fn" if bitmap_mode in (None, FUNCTIONS) else "script"}
+    for backend in map(backends.get, sorted(backends_in_use)):
+        found.add(backend.command_group)
+        # A backend that calls the function library, itself or for the application's writes during
+        # a rebuild, needs FCALL where the server has Functions and EVALSHA where it does not.
+        if backend.needs_library:
+            found.add("fn" if bitmap_mode in (None, FUNCTIONS) else "script")
     if cluster:
         found.add("cluster")
     return found

@@ -71,8 +71,8 @@ def _scan(doctor: Doctor, scan: dict[str, Any]) -> list[bytes]:
     from bloomctl.lifecycle.manifest import select_manifests
 
     # Valkey refuses SCAN TYPE with a type no loaded module defines: RedisBloom's only where it is
-    usable = [name for name in backends.names() if name != "redisbloom" or doctor.server.has_bloom]
-    selectors = [(b.redis_type, b.select) for b in map(backends.get, usable)]
+    usable = [b for b in map(backends.get, backends.names()) if b.scannable_on(doctor.server)]
+    selectors = [(b.redis_type, b.select) for b in usable]
     selectors.append((b"hash", select_manifests))
     found: list[bytes] = []
     for node in doctor.nodes:

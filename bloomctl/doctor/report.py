@@ -106,6 +106,7 @@ def _diagnose(
     acl_user: str | None,
     groups: Sequence[str] | None,
 ) -> Report:
+    from bloomctl import backends
     from bloomctl.backends.bitmap import SCRIPT
 
     doctor = Doctor(client, server)
@@ -115,8 +116,12 @@ def _diagnose(
     doctor.check_bloom()
     doctor.guarded("cluster", doctor.check_cluster)  # first: a master that does not answer is said here
     filters, scan = doctor.guarded("keys", find_filters, doctor, keys) or ([], {})
-    in_use = {f["backend"] for f in filters} | {"redisbloom" if server.has_bloom else "bitmap"}
-    doctor.guarded("functions", doctor.check_functions, "bitmap" in in_use)
+    # The backend a new Bloom filter would get here counts as in use: doctor checks for what comes next.
+    in_use = {f["backend"] for f in filters} | {backends.choose(server).name}
+    # A missing library is an error where a module-free Bloom filter depends on it. The cuckoo filters'
+    # use of it (their dual writes, the module-free ones) is judged as a warning, as before.
+    library_filters = any(b.needs_library and b.kind == backends.BLOOM for b in map(backends.get, in_use))
+    doctor.guarded("functions", doctor.check_functions, library_filters)
     doctor.guarded("persistence", doctor.check_persistence)
     doctor.guarded("eviction", doctor.check_eviction)
     doctor.guarded("memory", doctor.check_memory, filters)

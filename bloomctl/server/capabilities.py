@@ -241,7 +241,7 @@ def bloom_defaults(client: RedisClient, server: ServerInfo) -> BloomDefaults:
 
 
 def looks_auto_created(
-    backend: str,
+    made_by_plain_add: bool,
     reserved_capacity: int,
     expansion: int | None,
     first_error: float | None,
@@ -249,8 +249,9 @@ def looks_auto_created(
     defaults: BloomDefaults,
 ) -> bool:
     """A RedisBloom filter bloomctl did not create whose capacity, expansion and first error rate are
-    the server's defaults: almost surely made by a BF.ADD on a missing key (no BF.RESERVE first)."""
-    if backend != "redisbloom" or metadata.get("created_by", "").startswith("bloomctl "):
+    the server's defaults: almost surely made by a BF.ADD on a missing key (no BF.RESERVE first).
+    ``made_by_plain_add``: whether the filter's backend creates a filter on an add to a missing key."""
+    if not made_by_plain_add or metadata.get("created_by", "").startswith("bloomctl "):
         return False
     if reserved_capacity != defaults.capacity or expansion != defaults.expansion:
         return False
