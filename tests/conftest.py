@@ -1,3 +1,34 @@
 """The fixtures live in tests/fixtures/ (servers and the CLI, SQL services, report hooks)."""
 
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
 pytest_plugins = ["tests.fixtures.redis", "tests.fixtures.sql", "tests.fixtures.report"]
+
+
+# The exit code of the run, kept for pytest_unconfigure below.
+_EXIT_STATUS: list[int] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the process as soon as pytest is done with it.
+
+    A test that leaves a pyarrow CSV reader unclosed leaves its read-ahead threads behind, and the
+    interpreter's finalization can then wait for them for ever: a CI run once printed its summary
+    and hung for 45 minutes. Every report is written by now (JUnit and the matrix report in
+    pytest_sessionfinish, the server fixtures stopped with the last test), so nothing is lost.
+    """
+    if _EXIT_STATUS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])
