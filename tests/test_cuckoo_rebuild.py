@@ -149,6 +149,9 @@ class Writers:
         self.deleted: list[bytes] = []
         self.errors: list[BaseException] = []
         self.added = 0
+        # What the deleter picks from: the export's items and every item added since. Sorting the
+        # whole truth for every delete made the deleter too slow to delete much on a loaded machine.
+        self.pool = sorted(truth)
         self.threads = [
             threading.Thread(target=self._add, daemon=True),
             threading.Thread(target=self._delete, daemon=True),
@@ -165,6 +168,7 @@ class Writers:
                 return
             with self.lock:
                 self.truth.add(item)
+                self.pool.append(item)
                 self.added += 1
             n += 1
 
@@ -172,11 +176,9 @@ class Writers:
         rng = random.Random(3)
         while not self.stop.is_set():
             with self.lock:
-                candidates = sorted(self.truth)
-            if not candidates:
-                continue
-            item = candidates[rng.randrange(len(candidates))]
-            with self.lock:
+                if not self.pool:
+                    continue
+                item = self.pool[rng.randrange(len(self.pool))]
                 if item not in self.truth:
                     continue
                 self.truth.discard(item)  # (deleted from the source first, as an application would)
