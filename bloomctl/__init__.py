@@ -11,7 +11,7 @@ See docs/python-api.md.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
@@ -66,7 +66,9 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from bloomctl.sources import open_source
 
 
-def __getattr__(name: str) -> Any:
+# Every lazy name is declared above for type checkers, so only a misspelt one meets this annotation:
+# object makes a type checker flag it where Any would let it through.
+def __getattr__(name: str) -> object:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'bloomctl' has no attribute {name!r}")

@@ -11,9 +11,10 @@ key itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from bloomctl.backends.base import Backend, CuckooState, FilterState, SubFilterState
+from bloomctl.backends.base import AnyPlan, Backend, CuckooState, FilterState, SubFilterState
 from bloomctl.backends.bitmap import Bitmap
 from bloomctl.backends.cuckoo_base import CuckooBackend
 from bloomctl.backends.cuckoo_lua import LuaCuckoo
@@ -46,6 +47,7 @@ __all__ = [
     "get",
     "key_type",
     "names",
+    "plan_reserve",
 ]
 
 _BACKENDS: dict[str, Backend] = {
@@ -57,7 +59,7 @@ _BACKENDS: dict[str, Backend] = {
 BLOOM, CUCKOO = "bloom", "cuckoo"
 KINDS = (BLOOM, CUCKOO)
 MODULE_FREE = "module-free"  # --backend for either type's module-free backend (bitmap, lua-cuckoo)
-# (--type, --backend) -> the backend
+# The backend that each pair of --type and --backend values names.
 _BY_CHOICE = {
     (BLOOM, "redisbloom"): "redisbloom",
     (BLOOM, "bitmap"): "bitmap",
@@ -104,6 +106,21 @@ def choose(server: ServerInfo, requested: str = AUTO, kind: str = BLOOM) -> Back
     elif chosen.name == "redisbloom-cuckoo":
         server.require_cuckoo()
     return chosen
+
+
+PlanFor = Callable[[Backend], AnyPlan]  # a new filter's plan, made for the backend chosen
+
+
+def plan_reserve(
+    server: ServerInfo, requested: str | Backend, plan: AnyPlan | PlanFor, kind: str = BLOOM
+) -> tuple[Backend, AnyPlan]:
+    """The backend of a new filter and its plan as ``server`` builds it (Redis 8 caps error rates
+    and capacities; a bitmap filter never grows). ``requested`` is an option value for ``choose``,
+    or the backend already chosen (an existing filter's, a window's); ``plan`` is the plan, or a
+    function that makes it for the backend chosen (which decides the expansion and the cuckoo engine)."""
+    chosen = requested if isinstance(requested, Backend) else choose(server, requested, kind)
+    the_plan = plan(chosen) if callable(plan) else plan
+    return chosen, chosen.check_plan(the_plan, server.line)
 
 
 TYPE_NAMES = {

@@ -329,7 +329,7 @@ class Backend(ABC):
     def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
         """Whether ``key`` (whose TYPE is ``kind``) holds a filter of this backend."""
 
-    def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
+    def select(self, node: RedisClient, keys: list[bytes]) -> list[bytes]:
         """Of ``keys`` (all of this backend's Redis type), those that hold its filters: one pipeline."""
         return keys
 

@@ -98,7 +98,7 @@ class CuckooBackend(Backend):
             )
         return [True] * len(items)
 
-    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> Any:
+    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[int | Exception]:
         return client.execute_command(*self.madd_command(client, key, items))
 
     def expansion_for(self, expansion: int | None, nonscaling: bool, recorded: str | None = None) -> int | None:

@@ -125,7 +125,7 @@ class LuaCuckoo(StringBackend, CuckooBackend):
     ITEM_US, ITERATION_US = 8.0, 0.42
     translate_error = staticmethod(_lua_error)
 
-    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> Any:
+    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[int | Exception]:
         return self.call(client, "cf_madd", key, *items)
 
     def check_plan(self, plan: AnyPlan, line: str | None = None) -> CuckooPlan:

@@ -152,7 +152,7 @@ class RedisBloomCuckoo(ChunkedBackend, CuckooBackend):
         except redis.exceptions.ResponseError as exc:
             raise _cf_error(exc, key) from None
 
-    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> Any:
+    def call_add(self, client: RedisClient, key: bytes, items: Sequence[bytes | str]) -> list[int | Exception]:
         return self.call(client, key, *self.madd_command(client, key, items))
 
     def check_plan(self, plan: AnyPlan, line: str | None = None) -> CuckooPlan:

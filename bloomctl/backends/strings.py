@@ -36,7 +36,7 @@ class StringBackend(LuaBackend):
     def owns(self, client: RedisClient, key: bytes, kind: bytes) -> bool:
         return kind == self.redis_type and bool(self.select(client, [key]))
 
-    def select(self, node: Any, keys: list[bytes]) -> list[bytes]:
+    def select(self, node: RedisClient, keys: list[bytes]) -> list[bytes]:
         """Strings whose header is this backend's and whose length matches the layout it declares:
         a note that merely starts with the right word is not taken for a filter."""
         if not keys:

@@ -86,7 +86,7 @@ def _lock_note() -> str:
 
 
 class BloomctlGroup(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:  # the command's return value, which only Click reads
         try:
             return super().invoke(ctx)
         except BloomctlError as exc:
@@ -120,7 +120,7 @@ class BloomctlGroup(click.Group):
         prog_name: str | None = None,
         standalone_mode: bool = True,
         **extra: Any,
-    ) -> Any:
+    ) -> object:
         """Click's own handling, except that every error is one line: ``bloomctl: error: ...``."""
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)

@@ -13,6 +13,9 @@ from bloomctl.errors import BloomctlError, ExitCode
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when the command runs (start-up time)
     from bloomctl.declared.apply import Applied
+    from bloomctl.rebuild import RebuildReport
+    from bloomctl.server.capabilities import ServerInfo
+    from bloomctl.server.client import RedisClient
 
 SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "conflict": "!", "invalid": "!", "error": "!"}
 
@@ -42,7 +45,9 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
     from bloomctl.declared import apply
     from bloomctl.declared.rebuild_all import Run
 
-    def build(client: Any, server: Any, key: str, source: dict[str, Any], options: dict[str, Any]) -> Any:
+    def build(
+        client: RedisClient, server: ServerInfo, key: str, source: dict[str, Any], options: dict[str, Any]
+    ) -> RebuildReport:
         return run_one(app, client, server, key, source, options, Run(key))
 
     applied = apply.run(

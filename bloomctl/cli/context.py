@@ -2,30 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the library loads when a command needs it
+    from bloomctl.cli.output import Output
+    from bloomctl.declared.config import Config
+    from bloomctl.server.capabilities import ServerInfo
+    from bloomctl.server.client import RedisClient
+    from bloomctl.server.connection import ConnectionSettings
 
 
 class AppContext:
     """Per-invocation state: connection settings, resolved once and lazily into a client."""
 
-    def __init__(self, output: Any = None, config: str | None = None, overrides: Any = None, **connection: Any) -> None:
+    def __init__(
+        self,
+        output: Output | None = None,
+        config: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        **connection: Any,
+    ) -> None:
         from bloomctl.cli.output import Output
 
         self.output: Output = output if output is not None else Output()
         self._connection = connection
-        self._settings: Any = None
-        self._client: Any = None
-        self._server: Any = None
+        self._settings: ConnectionSettings | None = None
+        self._client: RedisClient | None = None
+        self._server: ServerInfo | None = None
         self.config_path = config  # --config (or $BLOOMCTL_CONFIG, read when a command needs the file)
-        self._config: Any = None
+        self._config: Config | None = None
         # the connection options given on the command line: they win over a profile's
         self.overrides: dict[str, Any] = dict(overrides or {})
-        self._profiles: dict[str, Any] = {}
-        self._profile_settings: dict[str, Any] = {}
-        self.in_use: Any = None  # the settings of the profile last connected to (an error names its server)
+        self._profiles: dict[str, tuple[RedisClient, ServerInfo]] = {}
+        self._profile_settings: dict[str, ConnectionSettings] = {}
+        # the settings of the profile last connected to (an error names its server)
+        self.in_use: ConnectionSettings | None = None
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> ConnectionSettings:
         if self._settings is None:
             from bloomctl.server.connection import settings_from
 
@@ -33,7 +48,7 @@ class AppContext:
         return self._settings
 
     @property
-    def client(self) -> Any:
+    def client(self) -> RedisClient:
         if self._client is None:
             from bloomctl.server.connection import connect
 
@@ -43,7 +58,7 @@ class AppContext:
         return self._client
 
     @property
-    def server(self) -> Any:
+    def server(self) -> ServerInfo:
         if self._server is None:
             from bloomctl.server.capabilities import detect
 
@@ -51,7 +66,7 @@ class AppContext:
         return self._server
 
     @property
-    def config(self) -> Any:
+    def config(self) -> Config:
         """bloomctl.toml (--config, else $BLOOMCTL_CONFIG, else ./bloomctl.toml), read once."""
         if self._config is None:
             from bloomctl.declared import config
@@ -71,7 +86,7 @@ class AppContext:
 
         return config.find(self.config_path) is not None
 
-    def connect_profile(self, name: str) -> tuple[Any, Any]:
+    def connect_profile(self, name: str) -> tuple[RedisClient, ServerInfo]:
         """The client and server of a profile of the config file (without profiles: the global
         connection options'), opened once."""
         if name not in self._profiles:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, note, to_flags, warn
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.backends import Backend
+    from bloomctl.backends.base import AnyPlan
     from bloomctl.cli.context import AppContext
     from bloomctl.lifecycle.single import ReserveResult
     from bloomctl.sizing.cuckoo import CuckooPlan
@@ -76,8 +78,8 @@ def render_cuckoo_plan(p: CuckooPlan, output_format: str) -> None:
 def reserve_cuckoo(
     app: AppContext,
     key: str,
-    chosen: Any,
-    the_plan: CuckooPlan,
+    chosen: Backend,
+    the_plan: AnyPlan,
     dry_run: bool,
     if_not_exists: bool,
     force: bool,
@@ -95,7 +97,7 @@ def reserve_cuckoo(
         force=force,
         dry_run=dry_run,
     )
-    if result.created and chosen.name == "lua-cuckoo" and not app.server.has_cuckoo:
+    if result.created and chosen.module_free and not app.server.has_cuckoo:
         note(f"{app.server.description} has no CF.* commands: created a module-free cuckoo filter")
     if result.size_mismatch and result.state is not None:
         warn(

@@ -5,13 +5,19 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import Number
 from bloomctl.declared.exporter import DEFAULT_CACHE_SECONDS, DEFAULT_SCRAPE_TIMEOUT
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the library loads when the command runs
+    from bloomctl.server.capabilities import ServerInfo
+    from bloomctl.server.client import RedisClient
+    from bloomctl.server.connection import ConnectionSettings
 
 DEFAULT_LISTEN = "127.0.0.1:9477"
 
@@ -102,26 +108,26 @@ def exporter_command(
     app.output.log("exporter: stopped")
 
 
-def _connector(app: AppContext, timeout: float) -> Any:
+def _connector(app: AppContext, timeout: float) -> Callable[[str], tuple[RedisClient, ServerInfo]]:
     """A profile's client, opened once and opened again after a failure (a server that went away
     and came back is asked again at the next collection)."""
     from bloomctl.declared.declarations import settings_for
     from bloomctl.server.capabilities import detect
     from bloomctl.server.connection import connect
 
-    opened: dict[str, tuple[Any, Any]] = {}
+    opened: dict[str, tuple[RedisClient, ServerInfo]] = {}
 
-    def settings_of(name: str) -> Any:
+    def settings_of(name: str) -> ConnectionSettings:
         profile = app.config.profiles.get(name)
         settings = app.settings if profile is None else settings_for(profile, **app.overrides)
-        short = {}  # the scrape's timeouts, where neither the profile nor the command line sets one
+        short: dict[str, Any] = {}  # the scrape's timeouts, where neither the profile nor the command line sets one
         if "timeout" not in app.overrides and getattr(profile, "timeout", None) is None:
             short["timeout"] = timeout
         if "connect_timeout" not in app.overrides and getattr(profile, "connect_timeout", None) is None:
             short["connect_timeout"] = min(timeout, settings.connect_timeout)
         return dataclasses.replace(settings, **short)
 
-    def open_profile(name: str) -> tuple[Any, Any]:
+    def open_profile(name: str) -> tuple[RedisClient, ServerInfo]:
         if name in opened:
             client, server = opened[name]
             try:

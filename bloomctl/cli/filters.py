@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -24,6 +25,8 @@ from bloomctl.keys import to_display
 from bloomctl.server.topology import node_address
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.backends import Backend
+    from bloomctl.backends.base import AnyPlan
     from bloomctl.lifecycle.single import ReserveResult
 
 
@@ -79,21 +82,21 @@ def reserve_command(
     """
     from bloomctl import backends
     from bloomctl.lifecycle import front as lifecycle
-    from bloomctl.sizing.bloom import plan as make_plan
 
     cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
     require_error_rate(error_rate, filter_type)
-    chosen = backends.choose(app.server, backend, filter_type or "bloom")
-    if chosen.kind == "cuckoo":
-        if shards is not None:
-            raise click.UsageError("cuckoo filters are not sharded: leave out --shards")
-        reserve_args = (capacity, error_rate, expansion, nonscaling, cuckoo, dry_run, if_not_exists, force)
-        render_reserve(key, *_reserve_cuckoo(app, key, chosen, *reserve_args), dry_run, output_format)
-        return
-    assert error_rate is not None
-    the_plan = make_plan(capacity, error_rate, chosen.expansion_for(expansion, nonscaling))
+    planned = functools.partial(_plan_for, capacity, error_rate, expansion, nonscaling, cuckoo, shards)
     if shards is None:  # the plan as this server builds it (Redis 8 takes an error rate above 0.25 as 0.25)
-        the_plan = chosen.bloom_plan(chosen.check_plan(the_plan, app.server.line))
+        chosen, the_plan = backends.plan_reserve(app.server, backend, planned, filter_type or "bloom")
+    else:  # each member's share is checked as the members are made
+        chosen = backends.choose(app.server, backend, filter_type or "bloom")
+        the_plan = planned(chosen)
+    if chosen.kind == "cuckoo":
+        from bloomctl.cli.cuckoo import reserve_cuckoo
+
+        result = reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)
+        render_reserve(key, the_plan, result, dry_run, output_format)
+        return
     # Create first, print after: a refused reserve leaves stdout empty.
     result = lifecycle.reserve(
         app.client,
@@ -109,7 +112,7 @@ def reserve_command(
     if shards is not None:
         render_sharded_reserve(app, key, result, dry_run, output_format)
         return
-    if result.created and backend == AUTO and chosen.name == "bitmap":
+    if result.created and backend == AUTO and chosen.module_free:
         note(f"{app.server.description} has no BF.* commands: created a module-free bitmap filter")
     if result.size_mismatch and result.state is not None:
         warn(
@@ -119,27 +122,28 @@ def reserve_command(
     render_reserve(key, the_plan, result, dry_run, output_format)
 
 
-def _reserve_cuckoo(
-    app: AppContext,
-    key: str,
-    chosen: Any,
+def _plan_for(
     capacity: int,
     error_rate: float | None,
     expansion: int | None,
     nonscaling: bool,
     cuckoo: dict[str, Any],
-    dry_run: bool,
-    if_not_exists: bool,
-    force: bool,
-) -> tuple[Any, ReserveResult]:
-    from bloomctl.backends import cuckoo_plan_for as make_plan
-    from bloomctl.cli.cuckoo import reserve_cuckoo
+    shards: int | None,
+    chosen: Backend,
+) -> AnyPlan:
+    """The plan of reserve's options, for the backend chosen (its filter type, expansion and engine)."""
+    from bloomctl.backends import cuckoo_plan_for
+    from bloomctl.sizing.bloom import plan as make_plan
 
-    the_plan = make_plan(chosen.name, capacity, error_rate, expansion, nonscaling, cuckoo, None, app.server.line)
-    return the_plan, reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)
+    if chosen.kind == "cuckoo":
+        if shards is not None:
+            raise click.UsageError("cuckoo filters are not sharded: leave out --shards")
+        return cuckoo_plan_for(chosen.name, capacity, error_rate, expansion, nonscaling, cuckoo, None, None)
+    assert error_rate is not None
+    return make_plan(capacity, error_rate, chosen.expansion_for(expansion, nonscaling))
 
 
-def render_reserve(key: str, the_plan: Any, result: ReserveResult, dry_run: bool, output_format: str) -> None:
+def render_reserve(key: str, the_plan: AnyPlan, result: ReserveResult, dry_run: bool, output_format: str) -> None:
     from bloomctl.sizing.cuckoo import CuckooPlan
 
     exists = result.state is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -31,7 +31,7 @@ from bloomctl.sizing.cuckoo import (
     MAX_ITERATIONS,
 )
 
-F = Callable[..., Any]
+F = TypeVar("F", bound=Callable[..., Any])  # a command function, as each decorator returns it
 BACKEND_CHOICES = [AUTO, "redisbloom", "module-free", "bitmap"]
 TYPE_CHOICES = ["bloom", "cuckoo"]
 
@@ -54,7 +54,7 @@ class Number(click.FloatRange):
         super().__init__(min, max, min_open=min_open, max_open=max_open)
         self.percent = percent
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         if self.percent and isinstance(value, str) and value.strip().endswith("%"):
             try:
                 value = float(value.strip()[:-1]) / 100

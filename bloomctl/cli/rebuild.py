@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import (
+    F,
     Number,
     backend_option,
     capacity_callback,
@@ -43,6 +45,7 @@ from bloomctl.errors import classify
 from bloomctl.sizing.bloom import MAX_EXPANSION
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.declared.config import Declared
     from bloomctl.declared.rebuild_all import Run
     from bloomctl.rebuild import RebuildReport
 
@@ -56,7 +59,7 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return capacity_callback(ctx, param, value)
 
 
-def source_options(f: Any) -> Any:
+def source_options(f: F) -> F:
     """Where the items come from and how each item is made of a row."""
     options = [
         click.option(
@@ -110,9 +113,9 @@ def source_options(f: Any) -> Any:
     return f
 
 
-def plan_options(f: Any) -> Any:
+def plan_options(f: F) -> F:
     """The new filter's parameters; each defaults to the active filter's."""
-    options = [
+    options: list[Callable[[F], F]] = [
         click.option(
             "--capacity",
             "-c",
@@ -143,7 +146,7 @@ def plan_options(f: Any) -> Any:
     return f
 
 
-def build_options(f: Any) -> Any:
+def build_options(f: F) -> F:
     """Where the filter is built: the client (and in how many processes) or the server."""
     options = [
         click.option(
@@ -185,7 +188,7 @@ def build_options(f: Any) -> Any:
     return f
 
 
-def load_options(f: Any) -> Any:
+def load_options(f: F) -> F:
     """How the server path sends items, and what is verified before a swap."""
     options = [
         click.option(
@@ -409,7 +412,7 @@ def rebuild_key(
             write_metrics_safely(metrics_file, [run] if run.code is not None else [])
 
 
-def declared(app: AppContext, name: str) -> Any:
+def declared(app: AppContext, name: str) -> Declared | None:
     """The filter the config file declares as ``name`` (its name or key); None without a file or
     when it declares no such filter (KEY is then a key, as without a file)."""
     if not app.has_config:

@@ -6,12 +6,17 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bloomctl.cli.output import current, no_color
 from bloomctl.sizing.bloom import format_rate as fmt_rate  # noqa: F401 (the commands' name for it)
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: rich loads when a table is printed
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 # Library messages name parameters in backticks (`capacity`, `header=False`); on the command line
 # they read as the flags that set them. Most flags are the parameter's name with dashes; these are not.
@@ -74,13 +79,13 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-def _console() -> Any:
+def _console() -> Console:
     from rich.console import Console
 
     return Console(file=sys.stdout, soft_wrap=False, width=None if sys.stdout.isatty() else 120, no_color=no_color())
 
 
-def _print(table: Any) -> None:
+def _print(table: Table) -> None:
     """Prints a table at its natural width when the terminal is narrower: wider than the screen
     rather than a number wrapped or elided ('3,025,928…')."""
     from rich.measure import Measurement
@@ -92,7 +97,7 @@ def _print(table: Any) -> None:
     console.print(table)
 
 
-def _text(value: Any) -> Any:
+def _text(value: object) -> Text:
     """Cells are plain text: a key like ``x[/b]`` must not be read as rich markup."""
     from rich.text import Text
 

@@ -12,7 +12,7 @@ from typing import IO, Any
 import click
 
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option, swap_guard_options
+from bloomctl.cli.options import F, format_option, swap_guard_options
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
 from bloomctl.errors import SourceError, UsageError, is_redis_error
@@ -103,7 +103,7 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
     )
 
 
-def _restore_options(f: Any) -> Any:
+def _restore_options(f: F) -> F:
     f = click.option(
         "--force", is_flag=True, help="Restore even if the standby is bigger than the server's free memory."
     )(f)

@@ -11,6 +11,7 @@ apply never deletes, resizes or rebuilds a live filter.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,8 +32,13 @@ from bloomctl.errors import ExitCode, KeyMissing, StateConflict, first_line
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover - the library's heavier parts load when a filter is made
+    from bloomctl.backends import Backend
+    from bloomctl.backends.base import AnyPlan
+    from bloomctl.lifecycle.single import ReserveResult
     from bloomctl.rebuild import RebuildReport
+    from bloomctl.window.rotation import RotateReport
+    from bloomctl.window.settings import WindowSpec
 
 PROBE_CAPACITY = 1_000  # the capacity a plan is checked with while the real one is counted at the build
 
@@ -40,7 +46,7 @@ CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "uncha
 INVALID, ERROR = "invalid", "error"  # a declaration the server refuses; a server that did not answer
 BUILD, RESERVE, WINDOW = "rebuild", "reserve", "window"  # how a missing filter is made
 
-# (client, server, key, source values, options) -> the report of a declared filter's first build
+# A declared filter's first build: given the client, server, key, source values and rebuild options, its report.
 Build = Callable[[RedisClient, ServerInfo, str, dict[str, Any], dict[str, Any]], "RebuildReport"]
 
 
@@ -111,7 +117,7 @@ def _creation(server: ServerInfo, decl: Declared) -> Change:
     try:
         if decl.source:
             values = source_values(decl)
-            backends.choose(server, decl.backend, decl.filter_type)  # (a backend the server lacks)
+            backends.choose(server, decl.backend, decl.filter_type)  # a backend the server lacks is refused
             # the plan as far as it is known (an auto capacity is counted at the build): a backend
             # that cannot hold it (a bitmap filter that would grow) is refused now, not at the build
             declared_plan(server, replace(decl, capacity=decl.capacity or PROBE_CAPACITY))
@@ -166,31 +172,35 @@ def _window_change(client: RedisClient, server: ServerInfo, decl: Declared, path
     return Change(decl, UNCHANGED, "as declared")
 
 
-def declared_plan(server: ServerInfo, decl: Declared) -> tuple[Any, Any]:
+def declared_plan(server: ServerInfo, decl: Declared) -> tuple[Backend, AnyPlan]:
     """The backend and plan of a filter the application feeds (``reserve``'s, from the declaration)."""
     from bloomctl import backends
-    from bloomctl.backends import cuckoo_plan_for as plan_for
+
+    if decl.shards is None:  # the plan as this server builds it
+        return backends.plan_reserve(server, decl.backend, functools.partial(_plan_for, decl), decl.filter_type)
+    chosen = backends.choose(server, decl.backend, decl.filter_type)  # each member's share is checked when made
+    return chosen, _plan_for(decl, chosen)
+
+
+def _plan_for(decl: Declared, chosen: Backend) -> AnyPlan:
+    from bloomctl.backends import cuckoo_plan_for
     from bloomctl.sizing.bloom import plan
 
-    assert decl.capacity is not None  # (the file's checks: a filter without a source has a number)
-    chosen = backends.choose(server, decl.backend, decl.filter_type)
+    assert decl.capacity is not None  # the file's checks give a filter without a source a number
     if chosen.kind == "cuckoo":
         cuckoo = {
             "bucket_size": decl.bucket_size,
             "max_iterations": decl.max_iterations,
             "fingerprint_bits": decl.fingerprint_bits,
         }
-        return chosen, plan_for(
-            chosen.name, decl.capacity, decl.error_rate, decl.expansion, decl.nonscaling, cuckoo, None, server.line
+        return cuckoo_plan_for(
+            chosen.name, decl.capacity, decl.error_rate, decl.expansion, decl.nonscaling, cuckoo, None, None
         )
     assert decl.error_rate is not None
-    the_plan = plan(decl.capacity, decl.error_rate, chosen.expansion_for(decl.expansion, decl.nonscaling))
-    if decl.shards is None:
-        the_plan = chosen.bloom_plan(chosen.check_plan(the_plan, server.line))
-    return chosen, the_plan
+    return plan(decl.capacity, decl.error_rate, chosen.expansion_for(decl.expansion, decl.nonscaling))
 
 
-def reserve(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
+def reserve(client: RedisClient, server: ServerInfo, decl: Declared) -> ReserveResult:
     """Create a filter the application feeds, as declared (a filter made meanwhile with the same
     parameters is accepted)."""
     from bloomctl.lifecycle import front as lifecycle
@@ -201,7 +211,7 @@ def reserve(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
     )
 
 
-def window_spec(server: ServerInfo, decl: Declared) -> Any:
+def window_spec(server: ServerInfo, decl: Declared) -> WindowSpec:
     from bloomctl import window
 
     settings = decl.window
@@ -230,7 +240,7 @@ def window_spec(server: ServerInfo, decl: Declared) -> Any:
     )
 
 
-def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> Any:
+def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> RotateReport:
     """Create the declared window where it is missing (the same one there is accepted), then make
     its current and coming buckets (nothing removed: stray old buckets are `window rotate`'s). The
     rotation's report."""

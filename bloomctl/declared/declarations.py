@@ -12,7 +12,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.declared.config import Config, Declared, Profile
 from bloomctl.declared.schema import parse_duration
@@ -33,6 +33,9 @@ from bloomctl.defaults import (
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.lifecycle.metadata import RECIPE, recipe_field
 from bloomctl.server.connection import ConnectionSettings, settings_from, url_has_secret
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the fill module loads when thresholds are read
+    from bloomctl.lifecycle.fill import Thresholds
 
 SOURCE_KINDS = ("csv", "parquet", "sql")
 BACKEND_NAMES = {  # a declared backend, and the backends' own names it covers
@@ -282,7 +285,7 @@ def declared_inputs(
     return source, options
 
 
-def thresholds(decl: Declared) -> Any:
+def thresholds(decl: Declared) -> Thresholds:
     """The fill-ratio limits the declaration sets (the type's own defaults for the rest)."""
     from bloomctl.lifecycle.fill import Thresholds
     from bloomctl.sizing.bloom import parse_error_rate

@@ -19,7 +19,7 @@ from typing import Any
 
 from bloomctl.declared.config import Config, Declared
 from bloomctl.declared.declarations import summarize, thresholds
-from bloomctl.declared.fleet import Fleet, Outcome, Turn
+from bloomctl.declared.fleet import Connect, Fleet, Outcome, Turn
 from bloomctl.errors import Failure, KeyMissing, StateConflict
 
 DEFAULT_CACHE_SECONDS = 10.0
@@ -27,7 +27,6 @@ DEFAULT_SCRAPE_TIMEOUT = 5.0  # seconds a server may take to answer one command 
 REASON_LENGTH = 300  # characters of an error's line in the log
 REBUILD_STATES = ("none", "loading", "verified", "loaded", "failed", "interrupted")
 
-Connect = Callable[[str], tuple[Any, Any]]  # a profile -> its client and server (raises when unreachable)
 Sample = tuple[dict[str, str], float]
 
 

@@ -72,7 +72,8 @@ class Run:
         }
 
 
-# (client, server, key, source values, options, run) -> the rebuild's report; it records its outcome in run
+# One filter's rebuild: given the client, server, key, source values, rebuild options and its Run, the
+# rebuild's report; it records its outcome in the Run.
 RebuildOne = Callable[[RedisClient, ServerInfo, str, dict[str, Any], dict[str, Any], Run], Any]
 
 

@@ -141,7 +141,7 @@ def filter_rules(body: dict[str, Any], profiles: dict[str, Any]) -> list[Problem
     ]
 
 
-def _kind(body: dict[str, Any]) -> Any:
+def _kind(body: dict[str, Any]) -> object:  # the value as the file has it, anything: the rules only compare it
     return body.get("type", "bloom")
 
 

@@ -9,15 +9,15 @@ the CLI get the same behaviour from the same call. The steps themselves live in
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
 
 from bloomctl import backends
 from bloomctl.backends import AUTO
 from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
+from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.lifecycle.manifest import Manifest, read_manifest
 from bloomctl.lifecycle.sharded import (
@@ -29,7 +29,7 @@ from bloomctl.lifecycle.sharded import (
     rollback_sharded,
     swap_sharded,
 )
-from bloomctl.lifecycle.single import Description, ReserveResult, prepare_swap, swap_under, to_keep_ms
+from bloomctl.lifecycle.single import Description, ReserveResult, prepare_swap, swap_under
 from bloomctl.lifecycle.single import describe as describe_single
 from bloomctl.lifecycle.single import reserve as reserve_single
 from bloomctl.lifecycle.single import rollback as rollback_single
@@ -40,7 +40,15 @@ from bloomctl.sizing.cuckoo import CuckooPlan
 
 Confirm = Callable[[str], bool]  # asked a yes/no question before a swap or rollback changes anything
 
-__all__ = ["Confirm", "Description", "ReserveResult", "RollbackResult", "ShardedDescription", "SwapResult"]
+__all__ = [
+    "Confirm",
+    "Description",
+    "ReserveResult",
+    "RollbackResult",
+    "ShardedDescription",
+    "SwapGuards",
+    "SwapResult",
+]
 
 
 def reserve(
@@ -125,7 +133,31 @@ def swap(
     (an hour by default) for ``rollback``; 0 unlinks it. ``dry_run``: every check, nothing written
     (the lock is looked at, not taken).
     """
-    to_keep_ms(keep_old_seconds)  # checked before anything is taken or written
+    guards = SwapGuards(
+        min_ratio=min_ratio,
+        allow_shrink=allow_shrink,
+        allow_recipe_change=allow_recipe_change,
+        keep_old_seconds=keep_old_seconds,
+    )
+    return guarded_swap(
+        client, server, key, guards, standby=standby, confirm=confirm, lock=lock, lock_wait=lock_wait, dry_run=dry_run
+    )
+
+
+def guarded_swap(
+    client: RedisClient,
+    server: ServerInfo,
+    key: str | bytes,
+    guards: SwapGuards,
+    *,
+    standby: str | bytes | None = None,
+    confirm: Confirm | None = None,
+    lock: FilterLock | None = None,
+    lock_wait: float = 0,
+    dry_run: bool = False,
+) -> SwapResult:
+    """``swap`` with its guards as one value (a rebuild's, a restore's)."""
+    guards.check()  # both numbers, before anything is taken or written
     if standby is not None and read_manifest(client, key) is not None:
         raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
     if dry_run:
@@ -133,25 +165,12 @@ def swap(
 
         FilterLock(client, key).check_free()
         with installs_nothing():
-            return _swap_under_lock(
-                client, server, key, standby, keep_old_seconds, min_ratio, allow_shrink, allow_recipe_change, None, None
-            )
-    held: Any = (
+            return _swap_under_lock(client, server, key, standby, guards, None, None)
+    held: AbstractContextManager[FilterLock] = (
         nullcontext(lock) if lock is not None else FilterLock(client, key, command="bloomctl swap", wait=lock_wait)
     )
     with held as the_lock:
-        return _swap_under_lock(
-            client,
-            server,
-            key,
-            standby,
-            keep_old_seconds,
-            min_ratio,
-            allow_shrink,
-            allow_recipe_change,
-            confirm,
-            the_lock,
-        )
+        return _swap_under_lock(client, server, key, standby, guards, confirm, the_lock)
 
 
 def _swap_under_lock(
@@ -159,27 +178,18 @@ def _swap_under_lock(
     server: ServerInfo,
     key: str | bytes,
     standby: str | bytes | None,
-    keep_old_seconds: float,
-    min_ratio: float,
-    allow_shrink: bool,
-    allow_recipe_change: bool,
+    guards: SwapGuards,
     confirm: Confirm | None,
     lock: FilterLock | None,
 ) -> SwapResult:
     """The checks, then (under ``lock``) the swap; with no lock (a dry run), only the checks."""
     family = KeyFamily.of(key)
+    keep_old_seconds = guards.keep_old_seconds
     manifest = read_manifest(client, family.active)
     if manifest is not None:
         if standby is not None:
             raise UsageError("a sharded filter swaps each member with its own standby: leave out `standby`")
-        prepared, done = prepare_sharded_swap(
-            client,
-            server,
-            manifest,
-            min_ratio=min_ratio,
-            allow_shrink=allow_shrink,
-            allow_recipe_change=allow_recipe_change,
-        )
+        prepared, done = prepare_sharded_swap(client, server, manifest, guards)
         if lock is None:
             would_replace = [p.active_state is not None for p in prepared]
             return SwapResult(
@@ -188,15 +198,7 @@ def _swap_under_lock(
         _confirmed(confirm, f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?")
         members, note = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
         return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest, note)
-    plan = prepare_swap(
-        client,
-        server,
-        family.active,
-        standby=standby,
-        min_ratio=min_ratio,
-        allow_shrink=allow_shrink,
-        allow_recipe_change=allow_recipe_change,
-    )
+    plan = prepare_swap(client, server, family.active, guards, standby=standby)
     previous = plan.active_state.items if plan.active_state else None
     if lock is None:
         replaced_now = [plan.active_state is not None]

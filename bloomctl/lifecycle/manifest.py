@@ -175,7 +175,7 @@ def write_manifest(client: RedisClient, manifest: Manifest) -> None:
         raise StateConflict("%r already exists", to_display(manifest.key))
 
 
-def select_manifests(node: Any, keys: list[bytes]) -> list[bytes]:
+def select_manifests(node: RedisClient, keys: list[bytes]) -> list[bytes]:
     """Of ``keys`` (hashes), the manifests of sharded filters: one pipeline."""
     if not keys:
         return []

@@ -15,6 +15,7 @@ from bloomctl import backends
 from bloomctl.backends import FilterState
 from bloomctl.errors import BloomctlError, ConnectionFailed, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.lifecycle.manifest import Manifest, new_manifest, read_manifest, write_manifest
 from bloomctl.lifecycle.metadata import metadata_for, read_metadata
@@ -87,8 +88,8 @@ def reserve_sharded(
     dry_run: bool = False,
 ) -> ReserveResult:
     """Create the manifest and N member filters (``total``'s capacity split between them)."""
-    chosen = backends.choose(server, backend)
-    per_shard = chosen.bloom_plan(chosen.check_plan(shard_plan(total, shards), server.line))
+    chosen, member_plan = backends.plan_reserve(server, backend, lambda _chosen: shard_plan(total, shards))
+    per_shard = chosen.bloom_plan(member_plan)
     raw = to_bytes(key)
     if backends.key_type(client, raw) != b"none":
         existing = read_manifest(client, raw)
@@ -183,10 +184,7 @@ def prepare_sharded_swap(
     client: RedisClient,
     server: ServerInfo,
     manifest: Manifest,
-    *,
-    min_ratio: float,
-    allow_shrink: bool,
-    allow_recipe_change: bool = False,
+    guards: SwapGuards,
 ) -> tuple[list[SwapPlan], int]:
     """Every pending member's checked swap, and how many members an earlier, interrupted swap
     already finished (no standby left, and the same rebuild generation as the remaining ones)."""
@@ -200,17 +198,7 @@ def prepare_sharded_swap(
         if len(generations) != 1 or None in generations or finished != generations:
             missing = ", ".join(to_display(f.standby) for f in done)
             raise StateConflict("the standby of %s shard(s) does not exist: %s", len(done), missing)
-    prepared = [
-        prepare_swap(
-            client,
-            server,
-            f.active,
-            min_ratio=min_ratio,
-            allow_shrink=allow_shrink,
-            allow_recipe_change=allow_recipe_change,
-        )
-        for f in pending
-    ]
+    prepared = [prepare_swap(client, server, f.active, guards) for f in pending]
     if not prepared:
         raise StateConflict("no shard of %r has a standby to swap in", to_display(manifest.key))
     return prepared, len(done)
@@ -253,7 +241,8 @@ def swap_sharded(
 
 
 def _stopped(manifest: Manifest, swapped: int, exc: BaseException) -> BloomctlError:
-    kind = ConnectionFailed if isinstance(exc, ConnectionFailed) else StateConflict  # (exit 3: the server's fault)
+    # a lost connection keeps its exit code 3: the server's fault, not a conflict
+    kind = ConnectionFailed if isinstance(exc, ConnectionFailed) else StateConflict
     return kind(
         "the sharded swap stopped after %s of %s shards (%s); every shard answers correctly meanwhile: run `bloomctl swap %s` again to finish",
         swapped,

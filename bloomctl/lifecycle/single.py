@@ -8,6 +8,7 @@ that takes the lock and chooses between one filter and a sharded one.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from bloomctl import backends
 from bloomctl.backends import AUTO, Backend, CuckooState, FilterState
-from bloomctl.defaults import DEFAULT_MIN_RATIO, MAX_KEEP_OLD_SECONDS
-from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict, UsageError
+from bloomctl.backends.base import AnyPlan
+from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
+from bloomctl.lifecycle.guards import DEFAULT_GUARDS, SwapGuards, check_min_ratio, to_keep_ms
 from bloomctl.lifecycle.manifest import Manifest
 from bloomctl.lifecycle.metadata import (
     RECIPE,
@@ -78,6 +80,11 @@ def plan_matches(plan: Plan | CuckooPlan, state: FilterState) -> bool:
     return state.filters == 1 and state.capacity == plan.capacity and state.size_bytes == plan.size_bytes
 
 
+def on_engine(plan: AnyPlan, chosen: Backend) -> AnyPlan:
+    """``plan`` for the backend chosen: a cuckoo filter's on that backend's engine."""
+    return plan.for_engine(chosen.engine) if isinstance(plan, CuckooPlan) else plan
+
+
 def reserve(
     client: RedisClient,
     server: ServerInfo,
@@ -91,10 +98,8 @@ def reserve(
 ) -> ReserveResult:
     """Create the filter, after the checks; ``dry_run`` makes every check and creates nothing. The
     plan's type (a ``CuckooPlan`` or a Bloom filter's ``Plan``) decides the filter's."""
-    chosen = backends.choose(server, backend, plan.kind)
-    if isinstance(plan, CuckooPlan):  # the backend chosen decides the engine (module-free: never grows)
-        plan = plan.for_engine(chosen.engine)
-    plan = chosen.check_plan(plan, server.line)  # as this server builds it (Redis 8 caps error rates)
+    # as this server builds it: Redis 8 caps error rates, and a module-free cuckoo filter never grows
+    chosen, plan = backends.plan_reserve(server, backend, functools.partial(on_engine, plan), plan.kind)
     family = KeyFamily.of(key)
     kind = backends.key_type(client, family.active)
     if kind != b"none":
@@ -283,14 +288,7 @@ def _family_keys(family: KeyFamily, standby: bytes) -> list[bytes]:
     return [family.active, standby, family.old, family.meta, standby_meta_key(family, standby), family.old_meta]
 
 
-def to_keep_ms(seconds: float) -> int:
-    """Milliseconds for PEXPIRE: a positive keep never rounds down to 0 (which would unlink)."""
-    if not 0 <= seconds <= MAX_KEEP_OLD_SECONDS or seconds != seconds:
-        raise UsageError("`keep_old` must be between 0 and %s seconds, got %s", MAX_KEEP_OLD_SECONDS, seconds)
-    return math.ceil(seconds * 1000)
-
-
-def _run_script(client: RedisClient, source: str, keys: list[bytes], args: list[Any]) -> Any:
+def _run_script(client: RedisClient, source: str, keys: list[bytes], args: list[Any]) -> object:
     import redis
 
     try:
@@ -357,25 +355,17 @@ def check_recipe(active: dict[str, str], standby: dict[str, str]) -> None:
         )
 
 
-def check_min_ratio(min_ratio: float) -> float:
-    """The shrink guard's threshold: a number >= 0 (a NaN would make every comparison false, and
-    the guard would let anything through)."""
-    if not (isinstance(min_ratio, int | float) and math.isfinite(min_ratio) and min_ratio >= 0):
-        raise UsageError("`min_ratio` must be a number of at least 0, got %r", min_ratio)
-    return float(min_ratio)
-
-
 def prepare_swap(
     client: RedisClient,
     server: ServerInfo,
     key: str | bytes,
+    guards: SwapGuards = DEFAULT_GUARDS,
     *,
     standby: str | bytes | None = None,
-    min_ratio: float = DEFAULT_MIN_RATIO,
-    allow_shrink: bool = False,
-    allow_recipe_change: bool = False,
 ) -> SwapPlan:
-    check_min_ratio(min_ratio)
+    """Every check of a swap of ``standby`` (default: the filter's own) into ``key``, under ``guards``:
+    what the swap would do, or why it must not."""
+    check_min_ratio(guards.min_ratio)
     family = KeyFamily.of(key)
     standby_key = to_bytes(standby) if standby is not None else family.standby
     companions = set(family.all_keys().values()) - {family.standby}
@@ -429,17 +419,17 @@ def prepare_swap(
                 active_backend.name,
             )
         active_state = _counted(backend, client, family.active)
-    if active_state is not None and not allow_recipe_change:
+    if active_state is not None and not guards.allow_recipe_change:
         check_recipe(read_metadata(client, family.meta), read_metadata(client, standby_meta_key(family, standby_key)))
     result = SwapPlan(family, standby_key, backend, standby_state, active_state)
     ratio = result.shrink_ratio
-    if active_state is not None and ratio is not None and ratio < min_ratio and not allow_shrink:
+    if active_state is not None and ratio is not None and ratio < guards.min_ratio and not guards.allow_shrink:
         raise StateConflict(
             "standby has %s items, %s of the active filter's %s (guard: %s); pass `allow_shrink` if that is intended",
             f"{standby_state.items:,}",
             f"{ratio:.1%}",
             f"{active_state.items:,}",
-            f"{min_ratio:.0%}",
+            f"{guards.min_ratio:.0%}",
         )
     return result
 
@@ -467,7 +457,7 @@ def swap_under(
     import redis
 
     # the standby's rebuild generation: after a lost reply, the active filter carrying it means applied
-    # (the standby key alone could mislead: a run waiting for the lock may create a new one meanwhile)
+    # The standby key alone could mislead: a run waiting for the lock may create a new one meanwhile.
     generation = client.hget(standby_meta_key(prepared.family, prepared.standby), "generation")
     try:
         return swap(client, prepared, keep_old_seconds=keep_old_seconds, lock_token=lock.token), None

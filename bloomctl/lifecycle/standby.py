@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bloomctl import backends
 from bloomctl.backends import Backend
+from bloomctl.backends.base import AnyPlan
 from bloomctl.errors import OutOfMemory, StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.lock import FilterLock
+from bloomctl.lifecycle.manifest import Manifest
 from bloomctl.lifecycle.metadata import LOADING, RECIPE, mark_state, metadata_for
-from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
-from bloomctl.rebuild.preflight import Targets
 from bloomctl.server.client import RedisClient
 from bloomctl.server.memory import check_memory
 
@@ -31,6 +31,24 @@ redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
 if build then redis.call('UNLINK', build) end
 return 1
 """
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The filters a rebuild writes: the key itself, or every member of a sharded filter."""
+
+    members: list[bytes]
+    plan: AnyPlan  # of each member
+    manifest: Manifest | None = None
+    new_manifest: bool = False  # a first sharded build: write the manifest once the members are ready
+
+    @property
+    def families(self) -> list[KeyFamily]:
+        return [KeyFamily.of(member) for member in self.members]
+
+    @property
+    def standbys(self) -> list[bytes]:
+        return [family.standby for family in self.families]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -84,35 +102,39 @@ class Standbys:
         )
 
 
-def prepare_standbys(
-    client: RedisClient,
-    backend: Backend,
-    targets: Targets,
-    lock: FilterLock,
-    options: RebuildOptions,
-    report: RebuildReport,
-    log: Events,
-    recipe: str | None = None,
-) -> Standbys:
-    """Replace stale standbys with new, empty ones marked ``loading`` (recording ``recipe``, how
-    the items are built); returns them for marking."""
-    replaced, freed = 0, {}
+@dataclass
+class Stale:
+    """What earlier runs left at the standbys' keys: the items they held, and the memory each
+    frees when it is replaced. ``items`` is None when no standby was there."""
+
+    items: int | None = None
+    freed: dict[bytes, int] = field(default_factory=dict)
+
+
+def stale_standbys(client: RedisClient, targets: Targets) -> Stale:
+    """The standbys an earlier run left (refused when they are not bloomctl's)."""
+    stale = Stale()
     for member in targets.families:
         if backends.key_type(client, member.standby) != b"none":
             refuse_unowned_standby(client, member, "a rebuild")
-            stale = backends.for_key(client, member.standby, "standby")
-            replaced += stale.card(client, member.standby)
-            freed[member.standby] = stale.info(client, member.standby, with_header=False).size_bytes
-            report.replaced_standby = replaced
-    if not options.force:  # the stale standbys about to be replaced free their memory first
-        size = backend.size_bytes(targets.plan)
-        planned = [(standby, max(size - freed.get(standby, 0), 0)) for standby in targets.standbys]
-        check_memory(client, planned, kept=[member.old for member in targets.families])
-    if report.replaced_standby is not None:
-        log(
-            f"replacing the standby {report.standby!r} left by an earlier run ({replaced:,} items)",
-            {"phase": "standby", "replaced_items": replaced},
-        )
+            found = backends.for_key(client, member.standby, "standby")
+            stale.items = (stale.items or 0) + found.card(client, member.standby)
+            stale.freed[member.standby] = found.info(client, member.standby, with_header=False).size_bytes
+    return stale
+
+
+def check_standby_memory(client: RedisClient, backend: Backend, targets: Targets, stale: Stale) -> None:
+    """The new standbys fit their nodes, counting the memory the stale ones give back."""
+    size = backend.size_bytes(targets.plan)
+    planned = [(standby, max(size - stale.freed.get(standby, 0), 0)) for standby in targets.standbys]
+    check_memory(client, planned, kept=[member.old for member in targets.families])
+
+
+def reserve_standbys(
+    client: RedisClient, backend: Backend, targets: Targets, lock: FilterLock, recipe: str | None = None
+) -> Standbys:
+    """Replace the standbys with new, empty ones marked ``loading`` (recording ``recipe``, how
+    the items are built); returns them for marking."""
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
     if backend.logs_dual_writes:

@@ -14,7 +14,7 @@ The public names load on first use, so that importing one step (a worker process
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 _PUBLIC = {
     "RebuildOptions": "bloomctl.rebuild.options",
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from bloomctl.rebuild.sampling import Reservoir
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'bloomctl.rebuild' has no attribute {name!r}")

@@ -17,9 +17,15 @@ import hashlib
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bloomctl.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover - numpy is loaded only where it is installed
+    import numpy as np
+    from numpy.typing import NDArray
+
+    Words = NDArray[np.uint64]  # one 64-bit word of each item's digest
 
 NUMPY_BYTES_PER_ITEM = 32  # 16 a digest, and the largest run's copy while it merges
 PYTHON_BYTES_PER_ITEM = 100  # a set entry and a 16-byte bytes object
@@ -43,7 +49,7 @@ class Seen:
         self.duplicates = 0
         self._numpy = importlib.util.find_spec("numpy") is not None
         self._digests: set[bytes] = set()
-        self._runs: list[tuple[Any, Any]] = []  # (a sorted, b in a's order)
+        self._runs: list[tuple[Words, Words]] = []  # each run's first words sorted, its second words in their order
         self._key = os.urandom(16)  # a digest no source can aim collisions at
 
     @property
@@ -97,7 +103,7 @@ class Seen:
 
     # --- with numpy ---------------------------------------------------------------------------
 
-    def _hash(self, batch: list[bytes]) -> tuple[Any, Any]:
+    def _hash(self, batch: list[bytes]) -> tuple[Words, Words]:
         """Each item's 128-bit digest as two 64-bit words: BLAKE2b keyed with this run's random key
         (MurmurHash64A has collisions that hold for every seed, so two of its words are no 128 bits)."""
         import numpy as np
@@ -107,7 +113,7 @@ class Seen:
         words = np.frombuffer(joined, dtype="<u8").reshape(-1, 2)
         return words[:, 0], words[:, 1]
 
-    def _in_runs(self, a: Any, b: Any) -> Any:
+    def _in_runs(self, a: Words, b: Words) -> NDArray[np.bool_]:
         """Which (a, b) pairs some run holds; ``a`` sorted (searchsorted is far faster so)."""
         import numpy as np
 
@@ -149,7 +155,7 @@ class Seen:
         keep[order[keep_sorted]] = True
         return [batch[i] for i in np.nonzero(keep)[0].tolist()]
 
-    def _add_run(self, a: Any, b: Any) -> None:
+    def _add_run(self, a: Words, b: Words) -> None:
         """A new sorted run (``a`` sorted already), merged with the last while they are alike in size."""
         import numpy as np
 

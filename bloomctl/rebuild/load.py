@@ -12,18 +12,22 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bloomctl.backends import Backend
 from bloomctl.defaults import CLIENT_BATCH
 from bloomctl.lifecycle.standby import Standbys
 from bloomctl.rebuild.dedupe import Seen
 from bloomctl.rebuild.loader import Loader, LoadStats, Progress
-from bloomctl.rebuild.options import Events, RebuildOptions
+from bloomctl.rebuild.options import Events
 from bloomctl.rebuild.sampling import KeyedReservoir, Reservoir, Sample
+from bloomctl.rebuild.settings import LoadSettings
 from bloomctl.server.client import RedisClient
 from bloomctl.sources import IncrementalSource, Source
 from bloomctl.sources.base import Batch, prefetched
+
+if TYPE_CHECKING:  # pragma: no cover - numpy is loaded only by a client build
+    from bloomctl.rebuild.build.client import ClientBuild
 
 
 def sampled(batches: Iterator[Batch], reservoir: Sample | None) -> Iterator[list[bytes]]:
@@ -33,14 +37,14 @@ def sampled(batches: Iterator[Batch], reservoir: Sample | None) -> Iterator[list
         yield batch
 
 
-def new_reservoir(options: RebuildOptions) -> Sample | None:
+def new_reservoir(settings: LoadSettings) -> Sample | None:
     """The sample to verify, or None when every item is verified (a second pass) or none is;
     drawn with numpy where it is installed (ten times cheaper per batch)."""
-    if options.verify_all or options.verify_sample <= 0:
+    if settings.sample <= 0:
         return None
     if importlib.util.find_spec("numpy") is not None:
-        return KeyedReservoir(options.verify_sample, options.seed)
-    return Reservoir(options.verify_sample, random.Random(options.seed))
+        return KeyedReservoir(settings.sample, settings.seed)
+    return Reservoir(settings.sample, random.Random(settings.seed))
 
 
 def load(
@@ -48,7 +52,7 @@ def load(
     backend: Backend,
     standbys: list[bytes],
     batches: Iterator[list[bytes]],
-    options: RebuildOptions,
+    settings: LoadSettings,
     *,
     reservoir: Sample | None = None,
     progress: Progress | None = None,
@@ -59,10 +63,10 @@ def load(
         client,
         backend,
         standbys,
-        window=options.window,
-        batch_size=options.batch,
+        window=settings.window,
+        batch_size=settings.batch,
         progress=progress,
-        max_rate=options.max_rate,
+        max_rate=settings.max_rate,
         limit=limit,
         check=check,
     )
@@ -75,7 +79,7 @@ def catch_up(
     standbys: list[bytes],
     source: IncrementalSource,
     since: datetime,
-    options: RebuildOptions,
+    settings: LoadSettings,
     reservoir: Sample | None,
     log: Events,
     check: Callable[[], None] | None = None,
@@ -83,18 +87,18 @@ def catch_up(
 ) -> tuple[LoadStats, int]:
     """Load the rows changed since ``since`` minus the skew; returns the load and the rows read.
     With ``seen`` (a cuckoo filter), items the load inserted already are not sent again."""
-    assert options.since_column is not None
-    moment = since - timedelta(seconds=options.catchup_skew)
-    recent = source.since(options.since_column, moment)
-    log(f"catching up on rows with {options.since_column} >= {moment}", {"phase": "catchup"})
-    batches = recent.batches(options.batch)
+    assert settings.since_column is not None
+    moment = since - timedelta(seconds=settings.catchup_skew)
+    recent = source.since(settings.since_column, moment)
+    log(f"catching up on rows with {settings.since_column} >= {moment}", {"phase": "catchup"})
+    batches = recent.batches(settings.batch)
     before = seen.duplicates if seen is not None else 0
     stats = load(
         client,
         backend,
         standbys,
         seen.batches(batches) if seen is not None else batches,
-        options,
+        settings,
         reservoir=reservoir,
         check=check,
     )
@@ -108,12 +112,12 @@ def client_load(
     backend: Backend,
     source: Source,
     standbys: Standbys,
-    options: RebuildOptions,
+    settings: LoadSettings,
     *,
     reservoir: Sample | None = None,
     progress: Progress | None = None,
 ) -> tuple[LoadStats, int]:
-    """Build the standbys' bits in the client (in ``options.jobs`` processes, each on its part of
+    """Build the standbys' bits in the client (in ``settings.jobs`` processes, each on its part of
     the source) and put them in; returns the load and the bytes sent.
 
     Raises ``Overflow`` (a scaling filter outgrew one link) or ``MergeBusy`` (dual writes kept
@@ -123,8 +127,8 @@ def client_load(
     started = time.perf_counter()
     build = ClientBuild(client, backend.name, standbys.targets.families)
     stats = LoadStats(per_key=[0] * len(standbys.targets.members))
-    if options.jobs > 1:
-        stats.sent, stats.batches = _in_parts(build, source, options, reservoir), options.jobs
+    if settings.jobs > 1:
+        stats.sent, stats.batches = _in_parts(build, source, settings, reservoir), settings.jobs
         if progress is not None:
             progress(stats.sent)
     else:
@@ -144,7 +148,7 @@ def client_load(
     return stats, sent
 
 
-def _in_parts(build: Any, source: Source, options: RebuildOptions, reservoir: Sample | None) -> int:
+def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reservoir: Sample | None) -> int:
     """The parallel build: the parts' bits ORed into ``build``, their samples into ``reservoir``;
     returns the items read."""
     from bloomctl.rebuild.build.parallel import build_parts
@@ -155,11 +159,11 @@ def _in_parts(build: Any, source: Source, options: RebuildOptions, reservoir: Sa
         build.backend,
         build.layouts,
         build.names,
-        jobs=options.jobs,
-        split_column=options.split_column,
+        jobs=settings.jobs,
+        split_column=settings.split_column,
         batch=CLIENT_BATCH,
         sample_size=keyed.size if keyed is not None else 0,
-        seed=options.seed,
+        seed=settings.seed,
     )
     for part in parts:
         build.merge(part.datas, part.counts)

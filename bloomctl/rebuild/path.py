@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from bloomctl.backends import Backend
 from bloomctl.defaults import AUTO
 from bloomctl.errors import UnsupportedServer
+from bloomctl.lifecycle.standby import Targets
 from bloomctl.rebuild import build
-from bloomctl.rebuild.options import RebuildOptions
-from bloomctl.rebuild.preflight import Targets
+from bloomctl.rebuild.settings import LoadSettings
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 from bloomctl.sources import Source
@@ -28,35 +28,42 @@ class Path:
     reason: str | None = None  # why the server, when the client was possible in principle
 
 
-def _server(reason: str, options: RebuildOptions) -> Path:
-    if options.build == "client":
+def _server(reason: str, settings: LoadSettings) -> Path:
+    if settings.build == "client":
         raise UnsupportedServer("cannot build in the client: %s (use `build` server)", reason)
     return Path("server", reason)
 
 
 def choose(
-    client: RedisClient, server: ServerInfo, backend: Backend, source: Source, targets: Targets, options: RebuildOptions
+    client: RedisClient,
+    server: ServerInfo,
+    backend: Backend,
+    source: Source,
+    targets: Targets,
+    settings: LoadSettings,
+    force: bool = False,
 ) -> Path:
-    """Where to build; reads the standbys' layouts and runs the probe (the standbys exist)."""
-    if options.build == "server":
+    """Where to build; reads the standbys' layouts and runs the probe (the standbys exist).
+    ``force`` skips the check of the server's room for the upload's second copy."""
+    if settings.build == "server":
         return Path("server")
     if not backend.client_buildable:  # where each item lands depends on the others: only the server knows
-        return _server("cuckoo filters are built on the server", options)
+        return _server("cuckoo filters are built on the server", settings)
     if not build.available():
-        return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", options)
+        return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", settings)
     from bloomctl.rebuild.build.client import scheme_for
 
     needed = scheme_for(backend.name).SERVER_COMMANDS
     if not all(name in server.commands for name in needed):
-        return _server(f"{server.description} lacks {'/'.join(name.upper() for name in needed)}", options)
-    reason = _unsuitable(client, backend, source, targets, options)
+        return _server(f"{server.description} lacks {'/'.join(name.upper() for name in needed)}", settings)
+    reason = _unsuitable(client, backend, source, targets, settings, force)
     if reason is not None:
-        return _server(reason, options)
+        return _server(reason, settings)
     return Path("client")
 
 
 def _unsuitable(
-    client: RedisClient, backend: Backend, source: Source, targets: Targets, options: RebuildOptions
+    client: RedisClient, backend: Backend, source: Source, targets: Targets, settings: LoadSettings, force: bool
 ) -> str | None:
     from bloomctl.rebuild.build import client as client_build
     from bloomctl.rebuild.build import probe
@@ -66,12 +73,12 @@ def _unsuitable(
         layouts = [scheme.read_layout(client, family.standby) for family in targets.families]
     except (scheme.Unsuitable, ValueError) as exc:
         return str(exc)
-    needed = client_build.memory_needed([layout.nbytes for layout in layouts], options.jobs)
-    if needed > options.client_memory:
+    needed = client_build.memory_needed([layout.nbytes for layout in layouts], settings.jobs)
+    if needed > settings.client_memory:
         return (
-            f"the build needs {needed:,} bytes of memory, more than the client memory limit {options.client_memory:,}"
+            f"the build needs {needed:,} bytes of memory, more than the client memory limit {settings.client_memory:,}"
         )
-    if scheme.UPLOADS_A_COPY and not options.force:
+    if scheme.UPLOADS_A_COPY and not force:
         room = _server_room(client, targets, [layout.nbytes for layout in layouts])
         if room is not None:
             return room

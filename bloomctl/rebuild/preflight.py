@@ -2,7 +2,8 @@
 
 The options, the source (its columns against the item recipe), and the plan: options first,
 then the active filter's metadata, then counting the source (``capacity`` auto). Also which
-filters the rebuild writes: the key itself, or every member of a sharded filter.
+filters the rebuild writes: the key itself, or every member of a sharded filter. ``preflight``
+runs them in order and resolves the options once into each later step's settings.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from bloomctl.backends.base import AnyPlan
 from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
-from bloomctl.lifecycle.manifest import Manifest, new_manifest, read_manifest
-from bloomctl.lifecycle.metadata import read_metadata
-from bloomctl.lifecycle.single import check_min_ratio, to_keep_ms
+from bloomctl.lifecycle.guards import SwapGuards
+from bloomctl.lifecycle.manifest import new_manifest, read_manifest
+from bloomctl.lifecycle.metadata import RECIPE, read_metadata, recipe_field
+from bloomctl.lifecycle.single import check_family, check_recipe
+from bloomctl.lifecycle.standby import Targets
 from bloomctl.rebuild.options import Events, RebuildOptions
+from bloomctl.rebuild.settings import LoadSettings, PlanRequest, RunControls, VerifySettings, swap_guards
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.bloom import Plan, plan, shard_plan
@@ -30,6 +34,53 @@ from bloomctl.sizing.cuckoo import (
     full_load,
 )
 from bloomctl.sources import IncrementalSource, Source
+from bloomctl.sources.base import recipe_of
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the preflight hands down: the plan and the filters it goes to, and each later step's settings."""
+
+    plan: AnyPlan  # the whole filter's: one filter's as this server builds it, a sharded one's as planned
+    backend: Backend
+    targets: Targets
+    counted: int | None  # rows counted for ``capacity`` auto
+    recipe: str | None  # how the items are built, for the standbys' metadata
+    load: LoadSettings
+    verify: VerifySettings
+    guards: SwapGuards
+    run: RunControls
+
+
+def preflight(
+    client: RedisClient, server: ServerInfo, family: KeyFamily, source: Source, options: RebuildOptions, log: Events
+) -> Preflight:
+    """Step 1 in order: the companion keys, the options and the source, the plan, the filters to
+    write and their recipe. Nothing is written."""
+    check_family(client, family)  # someone else's data at a companion key: refused, never touched
+    check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
+    request = PlanRequest.of(options)
+    the_plan, backend, counted = resolve_plan(client, server, family, source, request, log)
+    batch = options.batch_size or backend.batch_for(the_plan)  # the backend's: no add command over 20 ms
+    chosen = targets(client, server, family.active, the_plan, backend, request.shards)
+    for member in chosen.families:
+        check_family(client, member)
+    guards = swap_guards(options)
+    recipe = recipe_field(recipe_of(source))
+    if not guards.allow_recipe_change:  # refused now, not after the load: the swap would refuse it
+        check_recipe(read_metadata(client, chosen.families[0].meta), {RECIPE: recipe})
+    return Preflight(
+        # one filter: its plan as this server builds it (Redis 8 caps error rates)
+        plan=the_plan if chosen.manifest is not None else chosen.plan,
+        backend=backend,
+        targets=chosen,
+        counted=counted,
+        recipe=recipe,
+        load=LoadSettings.of(options, batch),
+        verify=VerifySettings.of(options),
+        guards=guards,
+        run=RunControls.of(options),
+    )
 
 
 def check_options(source: Source, options: RebuildOptions) -> None:
@@ -39,8 +90,7 @@ def check_options(source: Source, options: RebuildOptions) -> None:
         raise UsageError("`batch_size` must be at least 1, got %s", options.batch_size)
     if options.max_rate is not None and not (options.max_rate > 0 and math.isfinite(options.max_rate)):
         raise UsageError("`max_rate` must be a positive number of items per second, got %s", options.max_rate)
-    to_keep_ms(options.keep_old)
-    check_min_ratio(options.min_ratio)
+    swap_guards(options).check()
     if not 0 <= options.lock_wait <= MAX_LOCK_WAIT_SECONDS:  # NaN too
         raise UsageError("`lock_wait` must be 0 to %s seconds, got %r", MAX_LOCK_WAIT_SECONDS, options.lock_wait)
     if options.since_column:
@@ -179,32 +229,32 @@ def recorded_parameters(
 
 
 def resolve_plan(
-    client: RedisClient, server: ServerInfo, key: str | bytes, source: Source, options: RebuildOptions, events: Events
+    client: RedisClient, server: ServerInfo, family: KeyFamily, source: Source, request: PlanRequest, events: Events
 ) -> tuple[AnyPlan, Backend, int | None]:
     """The plan (whole filter), its backend, and the rows counted for ``capacity`` auto (or None)."""
-    backend, found = recorded_parameters(client, server, KeyFamily.of(key), options.backend, options.filter_type)
+    backend, found = recorded_parameters(client, server, family, request.backend, request.filter_type)
     if backend.kind == CUCKOO:
-        return resolve_cuckoo_plan(backend, found or Recorded(), source, options, events)
-    if options.bucket_size is not None or options.max_iterations is not None or options.fingerprint_bits is not None:
+        return resolve_cuckoo_plan(backend, found or Recorded(), source, request, events)
+    if request.bucket_size is not None or request.max_iterations is not None or request.fingerprint_bits is not None:
         raise UsageError(
             "`bucket_size`, `max_iterations` and `fingerprint_bits` are a cuckoo filter's: give `filter_type` cuckoo"
         )
     recorded = found or Recorded()
-    error_rate = options.error_rate if options.error_rate is not None else recorded.error_rate
+    error_rate = request.error_rate if request.error_rate is not None else recorded.error_rate
     if error_rate is None:
         if found is None:
             raise UsageError("a first build needs `error_rate` (later rebuilds take it from the filter's metadata)")
         raise UsageError("give `error_rate` (the active filter has no bloomctl metadata to take it from)")
-    expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)
-    capacity = options.capacity
+    expansion = backend.expansion_for(request.expansion, request.nonscaling, recorded.expansion)
+    capacity = request.capacity
     if capacity is None:
         capacity = recorded.capacity if recorded.capacity is not None else AUTO
     counted = None
     if capacity == AUTO:
         counted = count_rows(source, events)
-        capacity = max(math.ceil(counted * options.headroom), 1)
+        capacity = max(math.ceil(counted * request.headroom), 1)
         events(
-            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{options.headroom:g})",
+            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{request.headroom:g})",
             {"phase": "count", "rows": counted, "capacity": capacity},
         )
     if isinstance(capacity, str):
@@ -220,28 +270,28 @@ def count_rows(source: Source, events: Events) -> int:
 
 
 def resolve_cuckoo_plan(
-    backend: Backend, recorded: Recorded, source: Source, options: RebuildOptions, events: Events
+    backend: Backend, recorded: Recorded, source: Source, request: PlanRequest, events: Events
 ) -> tuple[AnyPlan, Backend, int | None]:
-    """A cuckoo filter's plan: each parameter from the options, else the active filter's, else
+    """A cuckoo filter's plan: each parameter from the request, else the active filter's, else
     CF.RESERVE's defaults. ``capacity`` auto sizes the filter so that the counted rows x headroom
     fit below the load at which its inserts start to fail (not merely into its slots)."""
-    if options.shards is not None:
+    if request.shards is not None:
         raise UsageError("cuckoo filters are not sharded: leave out `shards`")
-    if options.build == "client" or options.jobs > 1:  # where an item lands depends on the items before it
+    if request.client_build:  # where an item lands depends on the items before it
         raise UsageError("cuckoo filters are built on the server: leave out `build` client and `jobs`")
-    bucket_size = options.bucket_size or recorded.bucket_size or DEFAULT_BUCKET_SIZE
-    max_iterations = options.max_iterations or recorded.max_iterations or DEFAULT_MAX_ITERATIONS
-    expansion = backend.expansion_for(options.expansion, options.nonscaling, recorded.expansion)
-    fingerprint_bits = options.fingerprint_bits or (recorded.fingerprint_bits if options.error_rate is None else None)
+    bucket_size = request.bucket_size or recorded.bucket_size or DEFAULT_BUCKET_SIZE
+    max_iterations = request.max_iterations or recorded.max_iterations or DEFAULT_MAX_ITERATIONS
+    expansion = backend.expansion_for(request.expansion, request.nonscaling, recorded.expansion)
+    fingerprint_bits = request.fingerprint_bits or (recorded.fingerprint_bits if request.error_rate is None else None)
     engine = backend.engine
-    capacity = options.capacity if options.capacity is not None else (recorded.capacity or AUTO)
+    capacity = request.capacity if request.capacity is not None else (recorded.capacity or AUTO)
     counted = None
     if capacity == AUTO:
         counted = count_rows(source, events)
         load = full_load(bucket_size, max_iterations, engine)
-        capacity = max(math.ceil(counted * options.headroom / load), 2 * bucket_size)
+        capacity = max(math.ceil(counted * request.headroom / load), 2 * bucket_size)
         events(
-            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{options.headroom:g}; inserts start to "
+            f"counted {counted:,} rows: capacity {capacity:,} (headroom x{request.headroom:g}; inserts start to "
             f"fail at {load:.0%} of the slots with bucket size {bucket_size})",
             {"phase": "count", "rows": counted, "capacity": capacity},
         )
@@ -253,7 +303,7 @@ def resolve_cuckoo_plan(
         max_iterations=max_iterations,
         expansion=expansion,
         engine=engine,
-        error_rate=options.error_rate,
+        error_rate=request.error_rate,
         fingerprint_bits=fingerprint_bits,
         items=counted,
     )
@@ -262,45 +312,28 @@ def resolve_cuckoo_plan(
     return backend.check_plan(the_plan), backend, counted
 
 
-@dataclass(frozen=True)
-class Targets:
-    """The filters a rebuild writes: the key itself, or every member of a sharded filter."""
-
-    members: list[bytes]
-    plan: AnyPlan  # of each member
-    manifest: Manifest | None = None
-    new_manifest: bool = False  # a first sharded build: write the manifest once the members are ready
-
-    @property
-    def families(self) -> list[KeyFamily]:
-        return [KeyFamily.of(member) for member in self.members]
-
-    @property
-    def standbys(self) -> list[bytes]:
-        return [family.standby for family in self.families]
-
-
 def targets(
-    client: RedisClient, key: str | bytes, total: AnyPlan, backend: Backend, options: RebuildOptions, line: str
+    client: RedisClient, server: ServerInfo, key: str | bytes, total: AnyPlan, backend: Backend, shards: int | None
 ) -> Targets:
-    """The filters the rebuild writes, each with its plan as the server ``line`` builds it."""
+    """The filters the rebuild writes, each with its plan as ``server`` builds it (``shards``: the
+    members a first sharded build asks for)."""
     family = KeyFamily.of(key)
     if not isinstance(total, Plan):  # a cuckoo filter: never sharded
-        return Targets([family.active], backend.check_plan(total, line))
+        return Targets([family.active], backends.plan_reserve(server, backend, total)[1])
     manifest = read_manifest(client, family.active)
     if manifest is not None:
-        if options.shards not in (None, manifest.shards):
+        if shards not in (None, manifest.shards):
             raise UsageError(
                 "%r has %s shards; the count never changes (build a new sharded filter under another key)",
                 to_display(family.active),
                 manifest.shards,
             )
-        members = backend.bloom_plan(backend.check_plan(shard_plan(total, manifest.shards), line))
-        return Targets(list(manifest.members), members, manifest)
-    if options.shards is None:
-        return Targets([family.active], backend.check_plan(total, line))
+        members = backends.plan_reserve(server, backend, shard_plan(total, manifest.shards))[1]
+        return Targets(list(manifest.members), backend.bloom_plan(members), manifest)
+    if shards is None:
+        return Targets([family.active], backends.plan_reserve(server, backend, total)[1])
     if backends.key_type(client, family.active) != b"none":
         raise StateConflict("%r is a single filter: a sharded filter needs a new key", to_display(family.active))
-    per_shard = backend.bloom_plan(backend.check_plan(shard_plan(total, options.shards), line))
-    manifest = new_manifest(client, family.active, options.shards, per_shard, backend)
+    per_shard = backend.bloom_plan(backends.plan_reserve(server, backend, shard_plan(total, shards))[1])
+    manifest = new_manifest(client, family.active, shards, per_shard, backend)
     return Targets(list(manifest.members), per_shard, manifest, new_manifest=True)

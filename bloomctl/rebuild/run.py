@@ -1,40 +1,51 @@
 """The rebuild, step by step: preflight, prepare the standbys, load, catch up, verify, cut over.
 
 Each step is a function of its own module (named after the step); this one runs them in order
-under the filter's lock. A failure at any step leaves the active filter untouched.
+under the filter's lock. The preflight resolves the options once into each step's settings, and
+each step gets only its own. A failure at any step leaves the active filter untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
-from collections.abc import Iterator
-from dataclasses import replace
+from collections.abc import Callable, Iterator
 from datetime import datetime
 
 from bloomctl.backends import Backend
-from bloomctl.backends.base import AnyPlan
 from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
 from bloomctl.errors import SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle import front as lifecycle
+from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.lifecycle.manifest import write_manifest
-from bloomctl.lifecycle.metadata import FAILED, INTERRUPTED, LOADED, RECIPE, VERIFIED, read_metadata, recipe_field
-from bloomctl.lifecycle.single import check_family, check_recipe
-from bloomctl.lifecycle.standby import Standbys, is_out_of_memory, out_of_memory, prepare_standbys
+from bloomctl.lifecycle.metadata import FAILED, INTERRUPTED, LOADED, VERIFIED
+from bloomctl.lifecycle.standby import (
+    Standbys,
+    Targets,
+    check_standby_memory,
+    is_out_of_memory,
+    out_of_memory,
+    reserve_standbys,
+    stale_standbys,
+)
 from bloomctl.rebuild.dedupe import Seen
 from bloomctl.rebuild.load import Sample, catch_up, client_load, load, new_reservoir
 from bloomctl.rebuild.loader import Progress, over_capacity
 from bloomctl.rebuild.options import Events, RebuildOptions, RebuildReport
 from bloomctl.rebuild.path import choose, describe
-from bloomctl.rebuild.preflight import Targets, check_options, resolve_plan, targets
+from bloomctl.rebuild.preflight import Preflight, preflight
+from bloomctl.rebuild.settings import LoadSettings, VerifySettings
 from bloomctl.rebuild.verify import verify
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.cuckoo import CuckooPlan
 from bloomctl.sources import IncrementalSource, Source
-from bloomctl.sources.base import prefetched, recipe_of
+from bloomctl.sources.base import prefetched
+
+Batches = Iterator[list[bytes]]
 
 
 def rebuild(
@@ -70,65 +81,70 @@ def _rebuild(
     started = time.perf_counter()
     log: Events = events or (lambda message, fields: None)
     family = KeyFamily.of(key)
-    check_family(client, family)  # someone else's data at a companion key: refused, never touched
-    check_options(source, options)  # a wrong column, template or URL fails here, before anything is written
-    the_plan, backend, counted = resolve_plan(client, server, key, source, options, log)
-    if options.batch_size is None:  # the backend's: no add command over 20 ms on the server
-        options = replace(options, batch_size=backend.batch_for(the_plan))
-    chosen = targets(client, family.active, the_plan, backend, options, server.line)
-    if chosen.manifest is None:
-        the_plan = chosen.plan  # one filter: its plan as this server builds it (Redis 8 caps error rates)
-    for member in chosen.families:
-        check_family(client, member)
-    recipe = recipe_field(recipe_of(source))
-    if not options.allow_recipe_change:  # refused now, not after the load: the swap would refuse it
-        check_recipe(read_metadata(client, chosen.families[0].meta), {RECIPE: recipe})
-    report = new_report(family, chosen, backend, the_plan, counted, options)
-    log_plan(report, chosen, log)
-    if options.dry_run:
-        for _batch in source.batches(options.batch):
+    ready = preflight(client, server, family, source, options, log)
+    report = new_report(family, ready)
+    log_plan(report, ready.targets, log)
+    if ready.run.dry_run:
+        for _batch in source.batches(ready.load.batch):
             pass
         report.source = source.stats
     else:
-        with FilterLock(
-            client, family.active, command="bloomctl rebuild", ttl_ms=options.lock_ttl_ms, wait=options.lock_wait
-        ) as lock:
-            log(
-                f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {options.lock_ttl_ms / 1000:g}s)",
-                {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": options.lock_ttl_ms},
-            )
-            if backend.logs_dual_writes:  # the application's dual writes during the load call its functions
-                from bloomctl.backends.library import Library
-
-                Library().ensure(client)
-            standbys = prepare_standbys(client, backend, chosen, lock, options, report, log, recipe)
-            # a filter that counts copies gets each distinct item once, and the replay asks which it holds
-            seen = Seen(options.client_memory) if backend.counts_copies else None
-            try:
-                since = source.now() if options.since_column and isinstance(source, IncrementalSource) else None
-                reservoir = load_all(
-                    client, server, backend, source, standbys, since, options, report, log, progress, seen
-                )
-                verify_all(client, backend, source, standbys, reservoir, since, options, report, log, seen)
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so in the metadata, then stop
-                with contextlib.suppress(Exception):
-                    standbys.mark(INTERRUPTED)
-                raise
-            except Exception as exc:
-                if not is_out_of_memory(exc):
-                    # never swapped in (a standby of another run keeps its own mark), and a cuckoo
-                    # standby's log stops growing with the application's writes
-                    with contextlib.suppress(Exception):
-                        standbys.mark(FAILED)
-                    _explain_by_a_lost_lock(lock, exc)
-                    raise
-                standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
-                raise out_of_memory(exc, family.standby) from None
-            # Verified: from here on a failure (memory, a signal) never discards or marks a standby, so
-            # that a swap stopped part-way (sharded) is finished by `bloomctl swap`.
-            cut_over(client, server, family, backend, chosen, lock, options, report, log)
+        under_lock(client, server, family, source, ready, options, report, log, progress)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def under_lock(
+    client: RedisClient,
+    server: ServerInfo,
+    family: KeyFamily,
+    source: Source,
+    ready: Preflight,
+    options: RebuildOptions,
+    report: RebuildReport,
+    log: Events,
+    progress: Progress | None,
+) -> None:
+    """Steps 2 to 6 under the filter's lock, each given its own settings."""
+    backend, run = ready.backend, ready.run
+    with FilterLock(
+        client, family.active, command="bloomctl rebuild", ttl_ms=run.lock_ttl_ms, wait=run.lock_wait
+    ) as lock:
+        log(
+            f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {run.lock_ttl_ms / 1000:g}s)",
+            {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": run.lock_ttl_ms},
+        )
+        if backend.logs_dual_writes:  # the application's dual writes during the load call its functions
+            from bloomctl.backends.library import Library
+
+            Library().ensure(client)
+        standbys = _standbys(client, backend, ready.targets, lock, run.force, ready.recipe, report, log)
+        # a filter that counts copies gets each distinct item once, and the replay asks which it holds
+        seen = Seen(ready.load.client_memory) if backend.counts_copies else None
+        try:
+            since = source.now() if ready.load.since_column and isinstance(source, IncrementalSource) else None
+            reservoir = load_all(
+                client, server, backend, source, standbys, since, ready.load, run.force, report, log, progress, seen
+            )
+            again = functools.partial(all_items, source, since, ready.load)
+            verify_all(client, backend, standbys, reservoir, again, ready.verify, report, log, seen)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say so in the metadata, then stop
+            with contextlib.suppress(Exception):
+                standbys.mark(INTERRUPTED)
+            raise
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                # never swapped in (a standby of another run keeps its own mark), and a cuckoo
+                # standby's log stops growing with the application's writes
+                with contextlib.suppress(Exception):
+                    standbys.mark(FAILED)
+                _explain_by_a_lost_lock(lock, exc)
+                raise
+            standbys.discard()  # a standby that cannot grow is worthless, and keeps the server over its limit
+            raise out_of_memory(exc, family.standby) from None
+        # Verified: from here on a failure (memory, a signal) never discards or marks a standby, so
+        # that a swap stopped part-way (sharded) is finished by `bloomctl swap`.
+        cut_over(client, server, family, backend, ready.targets, lock, ready.guards if run.swap else None, report, log)
 
 
 def _explain_by_a_lost_lock(lock: FilterLock, exc: Exception) -> None:
@@ -144,24 +160,42 @@ def _explain_by_a_lost_lock(lock: FilterLock, exc: Exception) -> None:
         return
 
 
-def new_report(
-    family: KeyFamily,
-    chosen: Targets,
-    backend: Backend,
-    the_plan: AnyPlan,
-    counted: int | None,
-    options: RebuildOptions,
-) -> RebuildReport:
+def new_report(family: KeyFamily, ready: Preflight) -> RebuildReport:
+    chosen = ready.targets
     sharded = chosen.manifest is not None
     return RebuildReport(
         key=to_display(family.active),
         standby=to_display(family.standby) if not sharded else f"{len(chosen.members)} shard standbys",
-        backend=backend.name,
-        plan=the_plan,
-        counted=counted,
-        dry_run=options.dry_run,
+        backend=ready.backend.name,
+        plan=ready.plan,
+        counted=ready.counted,
+        dry_run=ready.run.dry_run,
         shards=len(chosen.members),
     )
+
+
+def _standbys(
+    client: RedisClient,
+    backend: Backend,
+    targets: Targets,
+    lock: FilterLock,
+    force: bool,
+    recipe: str | None,
+    report: RebuildReport,
+    log: Events,
+) -> Standbys:
+    """Step 2: what an earlier run left is counted, the memory checked (unless ``force``), and the
+    standbys replaced with empty ones marked ``loading``."""
+    stale = stale_standbys(client, targets)
+    report.replaced_standby = stale.items
+    if not force:  # the stale standbys about to be replaced free their memory first
+        check_standby_memory(client, backend, targets, stale)
+    if stale.items is not None:
+        log(
+            f"replacing the standby {report.standby!r} left by an earlier run ({stale.items:,} items)",
+            {"phase": "standby", "replaced_items": stale.items},
+        )
+    return reserve_standbys(client, backend, targets, lock, recipe)
 
 
 def log_plan(report: RebuildReport, chosen: Targets, log: Events) -> None:
@@ -188,7 +222,8 @@ def load_all(
     source: Source,
     standbys: Standbys,
     since: datetime | None,
-    options: RebuildOptions,
+    settings: LoadSettings,
+    force: bool,
     report: RebuildReport,
     log: Events,
     progress: Progress | None,
@@ -196,16 +231,17 @@ def load_all(
 ) -> Sample | None:
     """Steps 3 and 4: the load (in the client, or on the server), then (SQL with ``since_column``)
     the catch-up from ``since``. Returns the sample to verify. With ``seen`` (a cuckoo filter),
-    only the first sight of each item is inserted."""
+    only the first sight of each item is inserted; ``force`` skips the check of the server's room
+    for a client build's upload."""
     keys = standbys.targets.standbys
-    path = choose(client, server, backend, source, standbys.targets, options)
+    path = choose(client, server, backend, source, standbys.targets, settings, force)
     report.build, report.build_note = path.where, path.reason
     log(describe(path), {"phase": "load", "build": path.where, "reason": path.reason})
     log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
     if path.where == "client":
-        reservoir = build_in_client(client, backend, source, standbys, options, report, log, progress)
+        reservoir = build_in_client(client, backend, source, standbys, settings, report, log, progress)
     else:
-        reservoir = load_on_server(client, backend, source, standbys, options, report, progress, seen)
+        reservoir = load_on_server(client, backend, source, standbys, settings, report, progress, seen)
     report.source = source.stats
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
@@ -219,7 +255,7 @@ def load_all(
     standbys.lock.check()
     if since is not None and isinstance(source, IncrementalSource):
         report.catchup, report.catchup_rows = catch_up(
-            client, backend, keys, source, since, options, reservoir, log, standbys.lock.check_writing, seen
+            client, backend, keys, source, since, settings, reservoir, log, standbys.lock.check_writing, seen
         )
         standbys.lock.check()
     if seen is not None:  # the repeats were never sent: they count as already present
@@ -279,7 +315,7 @@ def build_in_client(
     backend: Backend,
     source: Source,
     standbys: Standbys,
-    options: RebuildOptions,
+    settings: LoadSettings,
     report: RebuildReport,
     log: Events,
     progress: Progress | None,
@@ -289,18 +325,18 @@ def build_in_client(
     from bloomctl.rebuild.build.client import Overflow
     from bloomctl.rebuild.build.redisbloom import MergeBusy
 
-    reservoir = new_reservoir(options)
+    reservoir = new_reservoir(settings)
     try:
         report.load, report.uploaded_bytes = client_load(
-            client, backend, source, standbys, options, reservoir=reservoir, progress=progress
+            client, backend, source, standbys, settings, reservoir=reservoir, progress=progress
         )
         return reservoir
     except (Overflow, MergeBusy) as exc:
-        if options.build == "client" or not source.rewindable:
+        if settings.build == "client" or not source.rewindable:
             raise StateConflict("the client build cannot finish: %s (use `build` server)", str(exc)) from None
         report.build, report.build_note = "server", str(exc)
         log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
-    return load_on_server(client, backend, source, standbys, options, report, progress)
+    return load_on_server(client, backend, source, standbys, settings, report, progress)
 
 
 def load_on_server(
@@ -308,21 +344,21 @@ def load_on_server(
     backend: Backend,
     source: Source,
     standbys: Standbys,
-    options: RebuildOptions,
+    settings: LoadSettings,
     report: RebuildReport,
     progress: Progress | None,
     seen: Seen | None = None,
 ) -> Sample | None:
     """The server path: batches in flight into the standbys, never past a bitmap's capacity, the
     lock checked before each batch (with ``seen``, each item once). Returns the sample to verify."""
-    reservoir = new_reservoir(options)
-    batches = prefetched(source.batches(options.batch))
+    reservoir = new_reservoir(settings)
+    batches = prefetched(source.batches(settings.batch))
     report.load = load(
         client,
         backend,
         standbys.targets.standbys,
         seen.batches(batches) if seen is not None else batches,
-        options,
+        settings,
         reservoir=reservoir,
         progress=progress,
         limit=growth_limit(backend, standbys),
@@ -334,28 +370,26 @@ def load_on_server(
 def verify_all(
     client: RedisClient,
     backend: Backend,
-    source: Source,
     standbys: Standbys,
     reservoir: Sample | None,
-    since: datetime | None,
-    options: RebuildOptions,
+    every_item: Callable[[], Batches],
+    settings: VerifySettings,
     report: RebuildReport,
     log: Events,
     seen: Seen | None = None,
 ) -> None:
-    """Step 5: every item (a second pass over the source) or the sample must be in the standbys;
-    then (a cuckoo filter) the application's writes during the load are replayed into it."""
+    """Step 5: every item (``every_item`` reads the source again) or the sample must be in the
+    standbys; then (a cuckoo filter) the application's writes during the load are replayed into it."""
     keys = standbys.targets.standbys
     try:
-        if options.verify_all:
+        if settings.every:
             report.verify_mode = "all"
             log("verifying every item against the standby", {"phase": "verify", "mode": "all"})
-            items = all_items(source, since, options)
-            report.verified = verify(client, backend, keys, items, window=options.window)
+            report.verified = verify(client, backend, keys, every_item(), window=settings.window)
         elif reservoir is not None:
             log(f"verifying a sample of {len(reservoir.items):,} items", {"phase": "verify", "mode": "sample"})
             sample = iter([reservoir.items])
-            report.verified = verify(client, backend, keys, sample, window=options.window)
+            report.verified = verify(client, backend, keys, sample, window=settings.window)
         else:
             report.verify_mode = "none"
     except VerifyFailed:
@@ -374,11 +408,11 @@ def verify_all(
     standbys.lock.check()
 
 
-def all_items(source: Source, since: datetime | None, options: RebuildOptions) -> Iterator[list[bytes]]:
+def all_items(source: Source, since: datetime | None, settings: LoadSettings) -> Batches:
     """Every item the standby must hold: on a live table, the rows from before the load started."""
-    if options.since_column and isinstance(source, IncrementalSource) and since is not None:
-        return source.before(options.since_column, since).batches(options.batch)
-    return source.batches(options.batch)
+    if settings.since_column and isinstance(source, IncrementalSource) and since is not None:
+        return source.before(settings.since_column, since).batches(settings.batch)
+    return source.batches(settings.batch)
 
 
 def cut_over(
@@ -388,27 +422,19 @@ def cut_over(
     backend: Backend,
     chosen: Targets,
     lock: FilterLock,
-    options: RebuildOptions,
+    guards: SwapGuards | None,
     report: RebuildReport,
     log: Events,
 ) -> None:
     """Step 6: a first sharded build writes its manifest (the filter exists once its members are
-    ready); with ``swap``, the verified standbys replace the active filter(s) atomically."""
+    ready); with ``guards`` (a rebuild with ``swap``), the verified standbys replace the active
+    filter(s) atomically."""
     if chosen.new_manifest and chosen.manifest is not None:
         write_manifest(client, chosen.manifest)
     report.size_bytes = sum(backend.info(client, s, with_header=False).size_bytes for s in chosen.standbys)
-    if not options.swap:
+    if guards is None:
         return
-    result = lifecycle.swap(
-        client,
-        server,
-        family.active,
-        keep_old_seconds=options.keep_old,
-        min_ratio=options.min_ratio,
-        allow_shrink=options.allow_shrink,
-        allow_recipe_change=options.allow_recipe_change,
-        lock=lock,
-    )
+    result = lifecycle.guarded_swap(client, server, family.active, guards, lock=lock)
     report.replaced_active = any(result.replaced)
     report.swapped = True
     if result.note is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from bloomctl.defaults import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_URL, PASSWORD_ENV, URL_ENV
@@ -17,7 +17,7 @@ from bloomctl.errors import ConnectionFailed, UsageError
 from bloomctl.errors import is_redis_error as is_redis_error  # where callers found it before errors.classify
 
 if TYPE_CHECKING:  # pragma: no cover
-    import redis
+    from bloomctl.server.client import RedisClient
 
 SCHEMES = ("redis", "rediss", "unix")
 
@@ -230,9 +230,12 @@ def settings_from(
     )
 
 
-def connect(settings: ConnectionSettings, **hints: str) -> redis.Redis | redis.RedisCluster:
+def connect(settings: ConnectionSettings, **hints: str) -> RedisClient:
     """Open a client and check it answers. ``cluster=None`` asks the server whether it is a Cluster node.
-    ``hints`` (``password_env``, ``password_option``) name where this server's password comes from."""
+    ``hints`` (``password_env``, ``password_option``) name where this server's password comes from.
+
+    The client is a ``redis.Redis`` or a ``redis.cluster.RedisCluster`` that answers bytes, as
+    ``RedisClient`` describes it; redis-py's annotations cannot say so, hence the casts."""
     import redis
 
     kwargs = settings.client_kwargs()
@@ -244,7 +247,7 @@ def connect(settings: ConnectionSettings, **hints: str) -> redis.Redis | redis.R
         client = redis.Redis.from_url(settings.url, **kwargs)
         if settings.cluster is False:
             client.ping()
-            return client
+            return cast("RedisClient", client)
         try:
             cluster_enabled = client.info("cluster").get("cluster_enabled") == 1
         except redis.exceptions.NoPermissionError:  # an ACL user without INFO: ask CLUSTER INFO's cousin
@@ -252,7 +255,7 @@ def connect(settings: ConnectionSettings, **hints: str) -> redis.Redis | redis.R
         if cluster_enabled:
             client.close()
             return _open_cluster(settings, kwargs)
-        return client
+        return cast("RedisClient", client)
     except redis.exceptions.RedisError as exc:
         raise connection_error(exc, settings, **hints) from None
     except ValueError as exc:  # redis-py rejects malformed URLs with ValueError
@@ -349,7 +352,7 @@ def _answers_moved(client: Any) -> bool:
 CLUSTER_RETRIES = 0
 
 
-def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis.RedisCluster:
+def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> RedisClient:
     from redis.cluster import RedisCluster
 
     if urlsplit(settings.url).scheme.lower() == "unix":
@@ -365,7 +368,7 @@ def _open_cluster(settings: ConnectionSettings, kwargs: dict[str, Any]) -> redis
         settings.url, retry=Retry(NoBackoff(), CLUSTER_RETRIES), require_full_coverage=False, **kwargs
     )
     client.ping(target_nodes=RedisCluster.DEFAULT_NODE)  # not ALL_NODES: a failed replica must not stop us
-    return client
+    return cast("RedisClient", client)
 
 
 def _scrub(text: str, settings: ConnectionSettings) -> str:

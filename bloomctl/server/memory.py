@@ -11,7 +11,7 @@ from typing import Any
 
 from bloomctl.errors import StateConflict
 from bloomctl.keys import to_display
-from bloomctl.server.client import RedisClient
+from bloomctl.server.client import NodeClient, RedisClient
 from bloomctl.server.topology import node_client
 
 
@@ -59,7 +59,7 @@ KEPT_OLD_HINT = (
 )
 
 
-def _kept_old(node: Any, olds: Sequence[bytes]) -> tuple[str, ...]:
+def _kept_old(node: NodeClient, olds: Sequence[bytes]) -> tuple[str, ...]:
     """The values of KEPT_OLD_HINT for the first of ``olds`` that exists; () when none does."""
     for old in olds:
         try:

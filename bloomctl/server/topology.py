@@ -7,10 +7,10 @@ connection (pipelines to one node, SCAN, per-node memory) goes through here.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from bloomctl.keys import SLOTS
-from bloomctl.server.client import RedisClient
+from bloomctl.server.client import NodeClient, RedisClient
 
 
 def is_cluster(client: RedisClient) -> bool:
@@ -18,12 +18,12 @@ def is_cluster(client: RedisClient) -> bool:
     return hasattr(client, "get_node_from_key") and hasattr(client, "get_primaries")
 
 
-def node_client(client: RedisClient, key: bytes) -> Any:
+def node_client(client: RedisClient, key: bytes) -> NodeClient:
     """The client of the node that holds ``key`` (the client itself when standalone)."""
     if is_cluster(client):
         cluster: Any = client
         return cluster.get_redis_connection(cluster.get_node_from_key(key))
-    return client
+    return cast("NodeClient", client)  # a standalone server's client is its one node's
 
 
 def node_address(client: RedisClient, key: bytes) -> str | None:
@@ -34,15 +34,15 @@ def node_address(client: RedisClient, key: bytes) -> str | None:
     return f"{owner.host}:{owner.port}"
 
 
-def primaries(client: RedisClient) -> list[Any]:
+def primaries(client: RedisClient) -> list[NodeClient]:
     """A client per primary (every master of a cluster; the client itself when standalone)."""
     if is_cluster(client):
         cluster: Any = client
         return [cluster.get_redis_connection(node) for node in cluster.get_primaries()]
-    return [client]
+    return [cast("NodeClient", client)]
 
 
-def node_name(node: Any) -> str:
+def node_name(node: NodeClient) -> str:
     """``host:port`` (or the socket path) of one node's client."""
     kwargs = node.connection_pool.connection_kwargs
     return f"{kwargs['host']}:{kwargs['port']}" if "host" in kwargs else str(kwargs.get("path"))
@@ -65,7 +65,7 @@ def default_node(client: RedisClient) -> dict[str, Any]:
 
 
 def scan_type(
-    node: Any, kind: str | bytes, *, match: bytes | None = None, count: int = 1000, calls: int | None = None
+    node: NodeClient, kind: str | bytes, *, match: bytes | None = None, count: int = 1000, calls: int | None = None
 ) -> Iterator[bytes]:
     """The keys of one node that SCAN ... TYPE ``kind`` finds (at most ``calls`` SCAN calls when
     given). A type the server does not know has no keys: Valkey refuses a module's type name while

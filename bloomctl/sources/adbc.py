@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.sources.arrow_items import items_of
 from bloomctl.sources.base import ItemFormatter, SourceStats, cancellable
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: the driver and pyarrow load when a query runs
+    import pyarrow as pa
+    from adbc_driver_manager.dbapi import Connection
 
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 EXACT_TYPES = TEXT_TYPES | {"int2", "int4", "int8", "bytea", "bool"}
@@ -50,13 +54,13 @@ def libpq_uri(url: Any) -> str:
     return f"{scheme}://{user}:{quote(url.password, safe='')}@{address}"
 
 
-def connect(uri: str) -> Any:
+def connect(uri: str) -> Connection:
     import adbc_driver_postgresql.dbapi
 
     return adbc_driver_postgresql.dbapi.connect(uri)
 
 
-def column_types(connection: Any, query: str) -> tuple[list[str], list[str]]:
+def column_types(connection: Connection, query: str) -> tuple[list[str], list[str]]:
     """The query's column names and PostgreSQL type names, from a query that returns no rows."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT * FROM ({query}) AS bloomctl_cols LIMIT 0")
@@ -73,7 +77,9 @@ def exact(fmt: ItemFormatter, kinds: list[str]) -> bool:
     return all(kinds[i] in EXACT_TYPES for i in (fmt.indexes or [fmt.index]))
 
 
-def batches(connection: Any, query: str, names: list[str], fmt: ItemFormatter, stats: SourceStats) -> Iterator[Any]:
+def batches(
+    connection: Connection, query: str, names: list[str], fmt: ItemFormatter, stats: SourceStats
+) -> Iterator[Any]:
     """Binary arrays of items, one per Arrow batch the driver delivers."""
     wanted = fmt.indexes or [fmt.index]
     select = ", ".join(f"c{i}" for i in sorted(set(wanted)))
@@ -97,7 +103,7 @@ def positional(width: int) -> str:
     return "bloomctl_src(" + ", ".join(f"c{i}" for i in range(width)) + ")"
 
 
-def _render(column: Any) -> Any:
+def _render(column: pa.Array) -> pa.Array:
     """A column as the binary text of each value, as ``str()`` writes it."""
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -12,11 +12,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_items import items_of
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when the files are read
+    import pyarrow as pa
+    import pyarrow.dataset as ds
 
 INSTALL_HINT = "Parquet sources need pyarrow: pip install '.[fast]' in bloomctl's checkout"
 
@@ -39,7 +43,7 @@ class ParquetSource:
     def description(self) -> str:
         return f"Parquet {self.path}"
 
-    def _dataset(self) -> Any:
+    def _dataset(self) -> ds.Dataset:
         import pyarrow.dataset as ds
 
         if not os.path.exists(self.path):
@@ -141,7 +145,7 @@ def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:
     return items_of([_as_binary(batch.column(schema.names[i])) for i in (fmt.indexes or [fmt.index])], fmt)
 
 
-def _as_binary(column: Any) -> Any:
+def _as_binary(column: pa.Array) -> pa.Array:
     import pyarrow as pa
 
     if pa.types.is_dictionary(column.type):

@@ -8,14 +8,17 @@ catch-up. Driver errors become one line without the password.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.server.connection import redact_url
 from bloomctl.sources import adbc, pgcopy
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, cancellable, dbapi_cancel, item_list
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: SQLAlchemy loads when the source is read
+    from sqlalchemy.engine import Connection, Engine
 
 DRIVER_HINTS = {
     "postgresql": ("postgresql+psycopg", "psycopg", "pip install '.[postgresql]' in bloomctl's checkout"),
@@ -63,7 +66,7 @@ class SqlSource:
         self.params = params or {}
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()
-        self._engine: Any = None
+        self._engine: Engine | None = None
         self.rewindable = True
 
     @property
@@ -71,7 +74,7 @@ class SqlSource:
         return f"SQL at {redact_url(self.url)}"
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> Engine:
         if self._engine is None:
             try:
                 import sqlalchemy
@@ -272,7 +275,7 @@ class SqlSource:
                     yield items
 
 
-def _cancel_of(conn: Any) -> Any:
+def _cancel_of(conn: Connection) -> Callable[[], object]:
     """The cancel of a SQLAlchemy connection's driver connection (a no-op where there is none)."""
     driver = getattr(getattr(conn, "connection", None), "dbapi_connection", None)
     return dbapi_cancel(driver) or (lambda: None)

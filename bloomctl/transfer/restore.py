@@ -20,6 +20,7 @@ from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
 from bloomctl.errors import OutOfMemory, StateConflict, UnsupportedServer
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lifecycle import front as lifecycle
+from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.lifecycle.manifest import Manifest, new_manifest, read_manifest, write_manifest
 from bloomctl.lifecycle.metadata import LOADED, LOADING, RECIPE, check_companions, metadata_for, read_metadata
@@ -128,12 +129,20 @@ def restore(
     standby metadata is written before every chunk has arrived and checked out."""
     started = time.perf_counter()
     log: Events = events or (lambda message, fields: None)
+    guards = SwapGuards(
+        min_ratio=min_ratio,
+        allow_shrink=allow_shrink,
+        allow_recipe_change=allow_recipe_change,
+        keep_old_seconds=keep_old_seconds,
+    )
+    if swap:
+        guards.check()  # refused before the whole dump is loaded, not after
     check_header(header)
     raw = to_bytes(key)
     family = KeyFamily.of(raw)
     check_family(client, family)
     backend = check_target(client, server, raw, header)
-    if swap and not allow_recipe_change and RECIPE in header["metadata"]:
+    if swap and not guards.allow_recipe_change and RECIPE in header["metadata"]:
         check_recipe(read_metadata(client, family.meta), {RECIPE: header["metadata"][RECIPE]})
     report = RestoreReport(
         to_display(raw), backend.name, int(header["items"]), header["shards"], source=header.get("source", {})
@@ -152,16 +161,7 @@ def restore(
         if fresh and manifest is not None:
             write_manifest(client, manifest)
         if swap:
-            result = lifecycle.swap(
-                client,
-                server,
-                family.active,
-                keep_old_seconds=keep_old_seconds,
-                min_ratio=min_ratio,
-                allow_shrink=allow_shrink,
-                allow_recipe_change=allow_recipe_change,
-                lock=lock,
-            )
+            result = lifecycle.guarded_swap(client, server, family.active, guards, lock=lock)
             report.swapped = True
             report.replaced_active = any(result.replaced)
             report.note = result.note or report.note
@@ -283,6 +283,8 @@ def rewrite_for_replicas(client: RedisClient, key: bytes) -> str | None:
 
     try:
         payload = node.dump(key)
+        if payload is None:  # the scratch key expired or was removed since it was loaded
+            raise StateConflict("%r disappeared while it was restored: nothing swapped; run it again", to_display(key))
         ttl = node.pttl(key)
         node.restore(key, ttl if ttl and ttl > 0 else SCRATCH_TTL_MS, payload, replace=True)
     except NoPermissionError as exc:

@@ -16,7 +16,7 @@ from bloomctl.backends.base import DumpMismatch
 from bloomctl.errors import UnsupportedServer, VerifyFailed
 from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle.standby import is_out_of_memory
-from bloomctl.server.client import RedisClient
+from bloomctl.server.client import NodeClient, RedisClient
 from bloomctl.server.topology import node_client
 from bloomctl.transfer.dumpfile import Chunk, DumpCorrupt
 
@@ -27,7 +27,7 @@ class StreamedSet:
     """``SET key value`` sent in pieces on a connection of its own: the value is never whole in the
     client, and the server executes the command once its last byte has arrived."""
 
-    def __init__(self, node: Any, key: bytes, size: int) -> None:
+    def __init__(self, node: NodeClient, key: bytes, size: int) -> None:
         self.pool = node.connection_pool
         try:
             self.connection = self.pool.get_connection()

@@ -97,7 +97,7 @@ class WindowSpec:
                 bucket_size=self.bucket_size or DEFAULT_BUCKET_SIZE,
                 max_iterations=self.max_iterations or DEFAULT_MAX_ITERATIONS,
                 expansion=self.expansion,
-                engine="lua" if self.backend == "lua-cuckoo" else "redisbloom",
+                engine=backends.get(self.backend).engine,
                 error_rate=self.error_rate,
                 fingerprint_bits=self.fingerprint_bits,
             )
@@ -154,9 +154,20 @@ class WindowSpec:
         }
 
 
-def _number(fields: dict[str, str], name: str, kind: Any = int) -> Any:
+def _text(fields: dict[str, str], name: str) -> str | None:
+    """A field's value; None for a field that is absent, or says auto, nonscaling or None."""
     value = fields.get(name)
-    return None if value is None or value in ("auto", "nonscaling", "None") else kind(value)
+    return None if value is None or value in ("auto", "nonscaling", "None") else value
+
+
+def _number(fields: dict[str, str], name: str) -> int | None:
+    value = _text(fields, name)
+    return None if value is None else int(value)
+
+
+def _rate(fields: dict[str, str], name: str) -> float | None:
+    value = _text(fields, name)
+    return None if value is None else float(value)
 
 
 def read_window(client: RedisClient, name: str | bytes) -> WindowSpec:
@@ -199,7 +210,7 @@ def _spec_of(name: bytes, fields: dict[str, str]) -> WindowSpec:
         capacity=_number(fields, "capacity"),
         min_capacity=int(fields["min_capacity"]),
         headroom=float(fields.get("headroom", DEFAULT_HEADROOM)),
-        error_rate=_number(fields, "error_rate", float),
+        error_rate=_rate(fields, "error_rate"),
         expansion=_number(fields, "expansion"),
         bucket_size=_number(fields, "bucket_size"),
         max_iterations=_number(fields, "max_iterations"),
@@ -279,5 +290,5 @@ def new_window(
         fingerprint_bits=fingerprint_bits,
         ahead=ahead,
     )
-    chosen.check_plan(spec.plan_for(spec.capacity or spec.min_capacity), server.line)
+    backends.plan_reserve(server, chosen, spec.plan_for(spec.capacity or spec.min_capacity))
     return spec
