@@ -1,6 +1,6 @@
-"""The fixtures live in tests/fixtures/ (servers and the CLI, SQL services, report hooks)."""
-
-from __future__ import annotations
+"""The fixtures live in tests/fixtures/ (servers and the CLI, SQL services, report hooks); `server`,
+one server of each kind, is here: `check` and `apply` are tested on each (test_check.py,
+test_apply.py)."""
 
 import os
 import sys
@@ -8,6 +8,17 @@ import sys
 import pytest
 
 pytest_plugins = ["tests.fixtures.redis", "tests.fixtures.sql", "tests.fixtures.report"]
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("plain", id="module-free"),
+        pytest.param("bloom", id="redisbloom", marks=pytest.mark.redisbloom),
+        pytest.param("cluster", id="cluster", marks=pytest.mark.cluster),
+    ]
+)
+def server(request):
+    return request.getfixturevalue(request.param)
 
 
 # The exit code of the run, kept for pytest_unconfigure below.

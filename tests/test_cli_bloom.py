@@ -13,7 +13,7 @@ from bloomctl import backends
 from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle.metadata import read_metadata
 from bloomctl.sizing.bloom import plan
-from tests.bloom_model import ModelChain
+from tests.helpers.bloom_model import ModelChain
 
 rb = backends.get("redisbloom")
 

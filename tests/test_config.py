@@ -15,6 +15,7 @@ from bloomctl.declared.declarations import rebuild_values, settings_for, source_
 from bloomctl.declared.locate import locate
 from bloomctl.declared.schema import SPEC, json_schema, parse_duration
 from bloomctl.errors import UsageError
+from tests.helpers.files import write
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "bloomctl.toml"
@@ -33,15 +34,9 @@ source.column = "id"
 """
 
 
-def write(tmp_path: Path, text: str, name: str = "bloomctl.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
 def problems(tmp_path: Path, text: str) -> list[tuple[int | None, str]]:
     with pytest.raises(ConfigError) as caught:
-        load(write(tmp_path, text))
+        load(write(tmp_path / "bloomctl.toml", text))
     return caught.value.problems
 
 
@@ -145,7 +140,7 @@ def test_rules_of_one_filter(tmp_path, body, message):
 
 
 def test_the_error_of_a_command_is_one_line_naming_the_file_and_the_count(tmp_path):
-    path = write(tmp_path, "[filters.a]\ncapacity = 1\nbogus = 1\nerror_rate = 7\n")
+    path = write(tmp_path / "bloomctl.toml", "[filters.a]\ncapacity = 1\nbogus = 1\nerror_rate = 7\n")
     with pytest.raises(ConfigError) as caught:
         load(path)
     text = str(caught.value)
@@ -156,18 +151,21 @@ def test_the_error_of_a_command_is_one_line_naming_the_file_and_the_count(tmp_pa
 def test_paths_are_relative_to_the_file(tmp_path):
     sub = tmp_path / "deploy"
     sub.mkdir()
-    path = write(sub, GOOD.replace('url = "redis://127.0.0.1:6379/0"', 'url = "redis://h"\npassword_file = "pw"'))
+    path = write(
+        sub / "bloomctl.toml",
+        GOOD.replace('url = "redis://127.0.0.1:6379/0"', 'url = "redis://h"\npassword_file = "pw"'),
+    )
     loaded = load(path)
     assert loaded.filters["users"].source["csv"] == str(sub / "users.csv")
     assert loaded.profiles["default"].password_file == str(sub / "pw")
-    stdin = write(sub, GOOD.replace('"users.csv"', '"-"'), "stdin.toml")
+    stdin = write(sub / "stdin.toml", GOOD.replace('"users.csv"', '"-"'))
     assert load(stdin).filters["users"].source["csv"] == "-"
 
 
 def test_find_takes_the_flag_then_the_variable_then_the_working_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert find(None, {}) is None
-    write(tmp_path, GOOD)
+    write(tmp_path / "bloomctl.toml", GOOD)
     assert find(None, {}) == "bloomctl.toml"
     assert find(None, {"BLOOMCTL_CONFIG": "/etc/x.toml"}) == "/etc/x.toml"
     assert find("given.toml", {"BLOOMCTL_CONFIG": "/etc/x.toml"}) == "given.toml"
@@ -182,7 +180,7 @@ def test_durations():
 
 def test_a_profile_password_comes_from_its_variable_and_is_never_shown(tmp_path):
     text = '[profiles.default]\nurl = "redis://app@127.0.0.1:6390/2"\npassword_env = "APP_PW"\n'
-    loaded = load(write(tmp_path, text))
+    loaded = load(write(tmp_path / "bloomctl.toml", text))
     profile = loaded.profiles["default"]
     settings = settings_for(profile, {"APP_PW": "s3cret"})
     assert settings.password == "s3cret" and "s3cret" not in repr(settings) and "s3cret" not in settings.redacted_url
@@ -232,14 +230,14 @@ def test_the_schema_refuses_what_the_checks_refuse(tmp_path, body):
     validator = jsonschema.Draft202012Validator(json_schema())
     assert list(validator.iter_errors(tomllib.loads(body))), body
     with pytest.raises(ConfigError):
-        load(write(tmp_path, body))
+        load(write(tmp_path / "bloomctl.toml", body))
 
 
 # --- the commands ----------------------------------------------------------------------------------
 
 
 def test_config_validate_lists_every_problem_and_exits_2(cli, tmp_path):
-    path = write(tmp_path, "[filters.a]\ncapacity = 1\nbogus = 1\nerror_rate = 7\n")
+    path = write(tmp_path / "bloomctl.toml", "[filters.a]\ncapacity = 1\nbogus = 1\nerror_rate = 7\n")
     result = cli("--config", str(path), "config", "validate")
     assert result.exit_code == 2
     lines = result.stdout.splitlines()
@@ -253,7 +251,7 @@ def test_config_validate_lists_every_problem_and_exits_2(cli, tmp_path):
 
 def test_config_validate_says_what_a_valid_file_declares(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write(tmp_path, GOOD)
+    write(tmp_path / "bloomctl.toml", GOOD)
     result = cli("config", "validate")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
@@ -338,7 +336,7 @@ def test_a_secret_put_where_a_variable_name_goes_is_refused_and_never_echoed(tmp
 )  # fmt: skip
 def test_values_of_the_wrong_kind_are_problems_not_tracebacks(tmp_path, cli, line):
     path = write(
-        tmp_path,
+        tmp_path / "bloomctl.toml",
         f'[profiles.default]\nurl = "redis://[bad"\n[filters.f]\ntype = "windowed"\ncapacity = 1\nerror_rate = "1%"\n{line}\n',
     )
     result = cli("config", "validate", str(path))
@@ -396,7 +394,7 @@ def test_a_window_period_is_checked_by_validate(tmp_path):
 
 
 def test_bloomctl_password_is_never_sent_to_a_profile(tmp_path):
-    loaded = load(write(tmp_path, '[profiles.default]\nurl = "redis://h:1/0"\n'))
+    loaded = load(write(tmp_path / "bloomctl.toml", '[profiles.default]\nurl = "redis://h:1/0"\n'))
     settings = settings_for(loaded.profiles["default"], {"BLOOMCTL_PASSWORD": "for-another-server"})
     assert settings.password is None
 

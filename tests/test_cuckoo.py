@@ -18,6 +18,7 @@ from bloomctl.errors import KeyMissing, StateConflict, UsageError, WrongType
 from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
 from bloomctl.sizing.cuckoo import FULL_LOAD, cuckoo_plan, full_load, lookup_fpr
+from tests.helpers.redis import backend_choice
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 
@@ -221,10 +222,6 @@ def test_plan_command_prints_a_cuckoo_plan(cli):
 
 
 # --- reserve, info, fill-ratio on both backends -------------------------------------------------
-
-
-def backend_choice(ctarget) -> str:
-    return "redisbloom" if ctarget.backend.name == "redisbloom-cuckoo" else "module-free"
 
 
 def reserve_args(ctarget, *extra: str) -> list[str]:

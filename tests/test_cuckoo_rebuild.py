@@ -22,13 +22,10 @@ from bloomctl.server.capabilities import detect
 from bloomctl.server.connection import connect, settings_from
 from bloomctl.sizing.cuckoo import cuckoo_plan, full_load
 from bloomctl.sources import open_source
-from tests.data import write_csv
+from tests.helpers.files import write_csv
+from tests.helpers.redis import backend_choice
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
-
-
-def backend_choice(ctarget) -> str:
-    return "redisbloom" if ctarget.backend.name == "redisbloom-cuckoo" else "module-free"
 
 
 def write_repeats(path, distinct: int, repeats: int = 3) -> str:
@@ -339,11 +336,11 @@ def test_redisbloom_cuckoo_dumps_move_between_lines_both_ways(bloom, other_line,
     assert cli("copy", "cf", "--to", other_line.url, "--swap", url=bloom.url).exit_code == 0
     assert two.execute_command("CF.INFO", "cf") == one.execute_command("CF.INFO", "cf")
     assert cli("copy", "cf", "--to", bloom.url, "--to-key", "back", "--swap", url=other_line.url).exit_code == 0
-    assert dump_bytes(one, "back") == dump_bytes(one, "cf") == dump_bytes(two, "cf")
+    assert scandump(one, "back") == scandump(one, "cf") == scandump(two, "cf")
     two.flushall()
 
 
-def dump_bytes(client, key: str) -> bytes:
+def scandump(client, key: str) -> bytes:
     parts, cursor = [], 0
     while True:
         cursor, chunk = client.execute_command("CF.SCANDUMP", key, cursor)
@@ -511,7 +508,7 @@ def test_a_forged_item_count_is_refused(ctarget, where):
 # --- review findings: the replay counts copies, logs stop with a failed or killed rebuild ------------
 
 
-def start_rebuild(ctarget, key: str, csv: str, **options):
+def rebuild_in_a_thread(ctarget, key: str, csv: str, **options):
     """A rebuild in a thread, slowed down; returns (thread, outcome), once its standby is loading."""
     server = detect(ctarget.client)
     outcome: dict[str, object] = {}
@@ -551,7 +548,7 @@ def test_the_replay_keeps_every_copy(ctarget, tmp_path):
         == 0
     )
     assert ctarget.cli("swap", "cf", "--yes").exit_code == 0
-    thread, outcome = start_rebuild(ctarget, "cf", csv, max_rate=2_000)  # a load of 2.5 s
+    thread, outcome = rebuild_in_a_thread(ctarget, "cf", csv, max_rate=2_000)  # a load of 2.5 s
     f = Filter(ctarget.client, "cf")
     f.madd([b"twice", b"twice"], dual_write=True)
     f.mdelete([b"twice"], dual_write=True)
@@ -616,7 +613,7 @@ def test_a_first_build_keeps_the_writes_made_during_it(ctarget, tmp_path):
     from bloomctl.backends.library import Library
 
     Library().ensure(ctarget.client)  # as `bloomctl functions install` does for an application
-    thread, outcome = start_rebuild(  # a load of 3 s: the write below lands during it on a busy machine too
+    thread, outcome = rebuild_in_a_thread(  # a load of 3 s: the write below lands during it on a busy machine too
         ctarget, "fresh", csv, filter_type="cuckoo", backend=backend_choice(ctarget), max_rate=1_000
     )
     family = KeyFamily.of("fresh")

@@ -30,7 +30,7 @@ PASSWORD = "doctor-s3cr3t/pw"
 
 
 @contextlib.contextmanager
-def config(client: redis.Redis, **values: str):
+def server_config(client: redis.Redis, **values: str):
     """CONFIG SET for the block, the old values put back after it."""
     old = {name: client.config_get(name)[name] for name in values}
     try:
@@ -71,7 +71,7 @@ def reserve(cli: Cli, key: str = "users", url: str | None = None) -> None:
 
 def test_a_healthy_server_exits_0_and_says_why(plain, cli_plain):
     reserve(cli_plain)
-    with config(plain.client(), save="3600 1", maxmemory="1gb"):
+    with server_config(plain.client(), save="3600 1", maxmemory="1gb"):
         result = cli_plain("doctor", "users", "--format", "text")
         assert result.exit_code == 0, result.stdout + result.stderr
         assert "ERROR" not in result.stdout
@@ -99,7 +99,7 @@ def test_no_persistence_is_a_warning_that_says_how_to_enable_it(plain, cli_plain
 @pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lfu"])
 def test_an_evicting_policy_is_an_error_naming_it(plain, cli_plain, policy):
     reserve(cli_plain)
-    with config(plain.client(), **{"maxmemory-policy": policy, "maxmemory": "1gb"}):
+    with server_config(plain.client(), **{"maxmemory-policy": policy, "maxmemory": "1gb"}):
         result = cli_plain("doctor", "users")
         assert result.exit_code == 1, result.stdout + result.stderr
         line = next(line for line in result.stdout.splitlines() if line.startswith("  ERROR"))
@@ -107,7 +107,7 @@ def test_an_evicting_policy_is_an_error_naming_it(plain, cli_plain, policy):
         assert ("filters and their standbys" in line) if policy.startswith("allkeys") else ("rollback" in line)
         assert "maxmemory-policy noeviction" in result.stdout  # the fix
         assert "NOT fit" in result.stdout
-        with config(plain.client(), maxmemory="0"):  # no limit: nothing is evicted yet
+        with server_config(plain.client(), maxmemory="0"):  # no limit: nothing is evicted yet
             code, data = doctor_json(cli_plain, "users")
             assert code == 0 and levels(data, "eviction") == ["warning"]
 
@@ -119,7 +119,7 @@ def test_no_room_to_rebuild_the_largest_filter_is_an_error(plain, cli_plain):
     assert result.exit_code == 0, result.stderr
     size = json.loads(result.stdout)["filter"]["size_bytes"]
     used = client.info("memory")["used_memory"]
-    with config(client, maxmemory=str(used + size // 2)):
+    with server_config(client, maxmemory=str(used + size // 2)):
         code, data = doctor_json(cli_plain)
     memory = [f for f in data["findings"] if f["check"] == "memory"]
     assert code == 1 and [f["level"] for f in memory] == ["error"], memory

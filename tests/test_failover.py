@@ -19,6 +19,7 @@ from bloomctl.errors import StateConflict
 from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle import single
+from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.rebuild import RebuildOptions, rebuild
 from bloomctl.server.capabilities import detect
 from bloomctl.server.connection import connect, settings_from
@@ -116,7 +117,7 @@ def test_a_master_dies_during_a_rebuild(replicated, tmp_path):
         assert users.backend.card(fresh, b"users") >= 19_990
         refused = single.prepare_swap  # the half-written standby on the new master is never swapped in
         with pytest.raises(StateConflict):
-            refused(fresh, detect(fresh), "users", allow_shrink=True)
+            refused(fresh, detect(fresh), "users", SwapGuards(allow_shrink=True))
     else:  # completed (the dead node was not the one written to): every member present
         assert result.swapped and all(users.mexists([f"user:{i}" for i in range(0, 20_000, 11)]))
     assert fresh.exists(KeyFamily.of("users").meta)

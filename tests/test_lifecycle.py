@@ -15,7 +15,9 @@ from bloomctl.lifecycle import front as lifecycle
 from bloomctl.lifecycle.metadata import read_metadata
 from bloomctl.server.capabilities import detect
 from bloomctl.sizing.bloom import plan
-from tests.hammer import Hammer
+from tests.helpers.hammer import Hammer
+from tests.helpers.matrix import SIGNALS_LOCKS_ERRORS
+from tests.helpers.redis import active_and_standby
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 
@@ -310,3 +312,17 @@ def test_reserve_refuses_a_metadata_key_of_another_type(target):
     result = target.cli("reserve", "users", "-c", "100", "-e", "1%", "--backend", target.backend.name)
     assert result.exit_code == 5 and "not bloomctl metadata" in result.stderr
     assert not target.client.exists("users")
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_swap_keeps_the_replaced_filter_for_rollback_by_default(target):
+    """(#10 item 15) The replaced filter was unlinked unless --keep-old was given: a bad swap could not be
+    rolled back. It is kept for an hour by default; `--keep-old 0` drops it."""
+    active_and_standby(target, 1000, 900)
+    swapped = target.cli("swap", "users", "--yes")
+    assert swapped.exit_code == 0, swapped.stderr
+    old = KeyFamily.of("users").old
+    assert target.card(old) == 1000 and 3500 < target.client.ttl(old) <= 3600
+    assert target.cli("rollback", "users", "--yes").exit_code == 0 and target.card("users") == 1000
+    again = target.cli("swap", "users", "--yes", "--keep-old", "0")  # the rolled-back filter is the standby
+    assert again.exit_code == 0 and target.card("users") == 900 and not target.client.exists(old)

@@ -10,6 +10,7 @@ import pytest
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.filters.bloom import Filter
 from bloomctl.sources import open_source
+from tests.helpers.files import read
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -18,10 +19,6 @@ pq = pytest.importorskip("pyarrow.parquet")
 def write_table(path, **columns) -> str:
     pq.write_table(pa.table(columns), str(path), row_group_size=3)
     return str(path)
-
-
-def read(source, size: int = 4) -> list[bytes]:
-    return [item for batch in source.batches(size) for item in batch]
 
 
 @pytest.fixture
@@ -38,23 +35,23 @@ def people(tmp_path) -> str:
 
 def test_columns_of_each_type(people):
     source = open_source(parquet_path=people, column="email")
-    assert read(source) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
+    assert read(source, 4) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
     assert (source.stats.rows, source.stats.blank, source.stats.items) == (5, 2, 3)
-    assert read(open_source(parquet_path=people, column="id")) == [b"1", b"-2", b"40", b"5"]
-    assert read(open_source(parquet_path=people, column="raw")) == [b"\x00\xff", b"b", b"e"]
-    assert read(open_source(parquet_path=people, column="small", prefix="n:")) == [
+    assert read(open_source(parquet_path=people, column="id"), 4) == [b"1", b"-2", b"40", b"5"]
+    assert read(open_source(parquet_path=people, column="raw"), 4) == [b"\x00\xff", b"b", b"e"]
+    assert read(open_source(parquet_path=people, column="small", prefix="n:"), 4) == [
         b"n:1",
         b"n:2",
         b"n:3",
         b"n:4",
         b"n:5",
     ]
-    assert read(open_source(parquet_path=people, column="2")) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
+    assert read(open_source(parquet_path=people, column="2"), 4) == [b"a@x", "日本@x".encode(), "ü@x".encode()]
 
 
 def test_templates_need_every_value(people):
     source = open_source(parquet_path=people, template="{id}/{email}")
-    assert read(source) == [b"1/a@x", "40/日本@x".encode(), "5/ü@x".encode()]
+    assert read(source, 4) == [b"1/a@x", "40/日本@x".encode(), "5/ü@x".encode()]
     assert source.stats.blank == 2
 
 
@@ -64,7 +61,7 @@ def test_a_directory_of_files_in_name_order(tmp_path):
     write_table(folder / "b.parquet", k=pa.array(["b1", "b2"]))
     write_table(folder / "a.parquet", k=pa.array(["a1", "a2", "a3", "a4"]))
     source = open_source(parquet_path=str(folder), column="k")
-    assert read(source) == [b"a1", b"a2", b"a3", b"a4", b"b1", b"b2"]
+    assert read(source, 4) == [b"a1", b"a2", b"a3", b"a4", b"b1", b"b2"]
     assert source.count() == 6
 
 
@@ -103,7 +100,7 @@ def test_other_files_beside_the_parquet_files_are_left_alone(tmp_path):
     (folder / "README.txt").write_text("exported nightly")
     (folder / "_SUCCESS").write_text("")
     source = open_source(parquet_path=str(folder), column="k")
-    assert read(source) == [b"a1", b"b1"]
+    assert read(source, 4) == [b"a1", b"b1"]
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "notes.txt").write_text("x")
@@ -118,5 +115,5 @@ def test_dictionary_encoded_text_reads_as_its_values(tmp_path):
         city=pa.array(["oslo", "rome", "oslo", None, ""]).dictionary_encode(),
         code=pa.array([7, 8, 7, 9, 7], pa.int32()).dictionary_encode(),
     )
-    assert read(open_source(parquet_path=path, column="city")) == [b"oslo", b"rome", b"oslo"]
-    assert read(open_source(parquet_path=path, column="code")) == [b"7", b"8", b"7", b"9", b"7"]
+    assert read(open_source(parquet_path=path, column="city"), 4) == [b"oslo", b"rome", b"oslo"]
+    assert read(open_source(parquet_path=path, column="code"), 4) == [b"7", b"8", b"7", b"9", b"7"]

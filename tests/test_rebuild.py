@@ -17,7 +17,7 @@ from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.rebuild import RebuildOptions, Reservoir, rebuild
 from bloomctl.server.capabilities import detect
 from bloomctl.sources import CsvSource, SqlSource
-from tests.data import write_csv
+from tests.helpers.files import write_csv
 
 
 def members(target, key, items) -> list[bool]:
@@ -239,8 +239,8 @@ def test_two_rebuilds_at_once_exactly_one_wins(target, tmp_path):
     one_done = threading.Event()  # the winner's load waits for the loser's answer: no race on a busy machine
 
     class SlowSource(CsvSource):
-        def batches(self, size):
-            for batch in super().batches(size):
+        def fast_batches(self, size):  # what a client build reads, and what batches() reads from
+            for batch in super().fast_batches(size):
                 one_done.wait(10)
                 yield batch
 
@@ -331,7 +331,7 @@ def test_rebuild_awkward_keys(target, tmp_path, key):
 
 def test_readers_never_miss_a_member_during_rebuild_and_swap(target, tmp_path):
     from bloomctl.server.connection import connect, settings_from
-    from tests.hammer import Hammer
+    from tests.helpers.hammer import Hammer
 
     path = write_csv(tmp_path / "u.csv", 5000)
     assert (
@@ -661,3 +661,35 @@ def test_odd_inputs_are_one_line_errors(target, tmp_path):
     target.client.hset("damaged", mapping={"bloomctl": "sharded-filter", "format": "1", "routing": "crc32-mod-n"})
     damaged = target.cli("info", "damaged")
     assert damaged.exit_code == 5 and "damaged" in damaged.stderr
+
+
+def test_verify_counts_every_miss_and_checks_each_item_in_its_shard(plain):
+    """(#10 item 19, found by mutation testing) The verify step's count of misses (`misses = 1`,
+    `misses -= 1`), its five examples (six with `<=`) and the filter it names could change
+    unnoticed (the rebuild tests plant one miss); and a sharded verify must look up each item in its
+    own shard's filter."""
+    from bloomctl import backends
+    from bloomctl.errors import VerifyFailed
+    from bloomctl.lifecycle.routing import route
+    from bloomctl.rebuild.verify import verify
+    from bloomctl.server.connection import connect, settings_from
+    from bloomctl.sizing.bloom import plan
+
+    client = connect(settings_from(plain.url))
+    backend = backends.get("bitmap")
+    loaded = [f"user:{i}".encode() for i in range(1000)]
+    backend.reserve(client, b"users", plan(10_000, 0.01, None))
+    backend.madd(client, b"users", loaded)
+    items = loaded + [f"missing:{i}".encode() for i in range(7)]
+    with pytest.raises(VerifyFailed) as caught:
+        verify(client, backend, [b"users"], iter([items[:600], items[600:]]), window=1)
+    message = str(caught.value)
+    assert message.startswith("7 of 1,007 checked items are missing from 'users' (e.g. 'missing:0', "), message
+    assert message.count("'missing:") == 5 and message.endswith("'missing:4'): nothing swapped"), message
+    shards = [b"{s0}users", b"{s1}users", b"{s2}users"]
+    for shard, group in zip(shards, route(loaded, 3), strict=True):
+        backend.reserve(client, shard, plan(10_000, 0.01, None))
+        backend.madd(client, shard, group)
+    assert verify(client, backend, shards, iter([loaded[:500], loaded[500:]]), window=2) == 1000
+    with pytest.raises(VerifyFailed, match=r"^2 of 1,002 checked items are missing from 'the 3 shard standbys'"):
+        verify(client, backend, shards, iter([[b"missing:a", *loaded, b"missing:b"]]))

@@ -19,14 +19,11 @@ from bloomctl import backends
 from bloomctl.declared.config import load
 from bloomctl.keys import KeyFamily
 from bloomctl.server.connection import connect, settings_from
+from tests.helpers.redis import client_of, snapshot
 from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "bloomctl.toml"
-
-
-def client_of(server):
-    return connect(settings_from(server.url))
 
 
 def items_csv(path: Path, n: int, start: int = 0) -> None:
@@ -407,11 +404,6 @@ def test_the_operations_page_crontab_line_and_cronjob_run(protected, shop_db, tm
 # --- review findings ---------------------------------------------------------------------------
 
 
-def snapshot(server) -> dict[bytes, bytes]:
-    client = client_of(server)
-    return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
-
-
 def test_rebuild_all_takes_the_command_lines_options_and_refuses_each_filters_own(plain, tmp_path, cli):
     items_csv(tmp_path / "a.csv", 30)
     path = config(
@@ -423,10 +415,10 @@ def test_rebuild_all_takes_the_command_lines_options_and_refuses_each_filters_ow
     path.write_text(path.read_text() + '[filters.cf]\ntype = "cuckoo"\ncapacity = 100\nsource.csv = "a.csv"\n')
     metrics = tmp_path / "dry.prom"
     plain.client().execute_command("FUNCTION", "FLUSH")
-    before = snapshot(plain)
+    before = snapshot(client_of(plain))
     dry = cli("--config", str(path), "rebuild", "--all", "--dry-run", "--metrics-file", str(metrics))
     assert dry.exit_code == 0, dry.output
-    assert snapshot(plain) == before  # nothing written: no filter, no window, no function library
+    assert snapshot(client_of(plain)) == before  # nothing written: no filter, no window, no function library
     assert plain.client().execute_command("FUNCTION", "LIST") == []
     assert not metrics.exists() and "would be rebuilt" in dry.stdout  # a dry run is no success to record
     swapped = cli("--config", str(path), "rebuild", "--all", "--swap", "--format", "json")

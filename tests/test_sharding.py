@@ -12,8 +12,8 @@ from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle.manifest import is_member_name, read_manifest
 from bloomctl.lifecycle.routing import shard_of
 from bloomctl.server.topology import node_client
-from tests.data import write_csv
-from tests.hammer import Hammer
+from tests.helpers.files import write_csv
+from tests.helpers.hammer import Hammer
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 

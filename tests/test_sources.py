@@ -1,4 +1,6 @@
-"""Sources on real files and real databases: CSV variants, SQLite, PostgreSQL, MariaDB."""
+"""Sources on real files and real databases: CSV variants, SQLite, PostgreSQL, MariaDB; and what a
+rebuild checks of its source before it writes anything (a column beyond the rows, a --since-column
+the query does not select, a database URL and its password)."""
 
 from __future__ import annotations
 
@@ -10,18 +12,10 @@ import pytest
 import sqlalchemy
 
 from bloomctl.errors import SourceError, UsageError
+from bloomctl.keys import KeyFamily
 from bloomctl.sources import CsvSource, SourceStats, SqlSource, normalise_db_url, rebatch
-
-
-def read(source, size: int = 3) -> list[bytes]:
-    return [item for batch in source.batches(size) for item in batch]
-
-
-def write(path, text: str | bytes) -> str:
-    data = text.encode() if isinstance(text, str) else text
-    path.write_bytes(data)
-    return str(path)
-
+from tests.helpers.files import read, write
+from tests.helpers.matrix import SIGNALS_LOCKS_ERRORS
 
 PEOPLE = "id,name,email\n1,alice,a@x\n2,bob,b@x\n3,carol,c@x\n"
 
@@ -407,3 +401,110 @@ def test_postgres_fast_paths_take_columns_by_position(pg_engine, monkeypatch, pa
     assert read(SqlSource(url, "SELECT 'a' || 'b', 'c' || 'd'", column="2"), 10) == [b"cd"]
     assert read(SqlSource(url, "SELECT 1 AS id, 'x' AS id", column="2"), 10) == [b"x"]
     assert read(SqlSource(url, "SELECT E'a\\nb'::text AS t", prefix="p:"), 10) == [b"p:a\nb"]
+
+
+# --- rebuild: the item recipe and the database URL, checked before anything is written --------
+
+
+def verified_standby(target, tmp_path):
+    csv = tmp_path / "three.csv"
+    csv.write_text("id,name,email\n1,a,x\n2,b,y\n")
+    first = target.cli("rebuild", "users", "--from-csv", str(csv), "--column", "name", "-c", "100", "-e", "1%")
+    assert first.exit_code == 0, first.stderr
+    return csv
+
+
+@SIGNALS_LOCKS_ERRORS
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--column", "5"],
+        ["--template", "{7}"],
+        ["--no-header", "--column", "5"],
+        ["--column", "5", "--build", "server"],
+    ],
+)
+def test_a_column_beyond_the_rows_is_refused_before_the_standby_is_touched(target, tmp_path, args):
+    """(#10 item 6) `--column 5` / `--template '{7}'` on a 3-column file replaced a verified standby with an
+    empty `loading` one, then exited 8. Now: exit 2, the verified standby as it was."""
+    from bloomctl.lifecycle.metadata import read_metadata
+
+    csv = verified_standby(target, tmp_path)
+    family = KeyFamily.of("users")
+    before = target.client.dump(family.standby)
+    result = target.cli("rebuild", "users", "--from-csv", str(csv), *args)
+    assert result.exit_code == 2 and "the item needs column" in result.stderr, result.stderr
+    assert read_metadata(target.client, family.standby_meta)["state"] == "verified"
+    assert target.client.dump(family.standby) == before
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_since_column_the_query_does_not_select_is_refused_up_front(target, sqlite_engine):
+    """(#10 item 6) A `--since-column` the query does not select failed only after the full load."""
+    import sqlalchemy
+
+    with sqlite_engine.begin() as conn:
+        conn.execute(sqlalchemy.text("CREATE TABLE users (email TEXT, updated_at TEXT)"))
+        conn.execute(sqlalchemy.text("INSERT INTO users VALUES ('a@x', '2026-01-01')"))
+    url = sqlite_engine.url.render_as_string(hide_password=False)
+    args = ["--from-sql", "SELECT email FROM users", "--db-url", url, "-c", "100", "-e", "1%"]
+    result = target.cli("rebuild", "users", *args, "--since-column", "updated_at")
+    assert result.exit_code == 2 and "'updated_at' is not a column the query selects" in result.stderr
+    assert "--since-column" in result.stderr and not target.client.exists(KeyFamily.of("users").standby)
+    selected = target.cli(
+        "rebuild", "users", *args[:1], "SELECT email, updated_at FROM users", *args[2:], "--since-column", "UPDATED_AT"
+    )
+    assert selected.exit_code == 0, selected.stderr
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_postgres_url_is_accepted(target, pg_engine):
+    """(#10 item 16) `postgres://` (libpq's and many platforms' spelling) was refused by SQLAlchemy."""
+    from tests.fixtures.sql import PG_URL
+
+    url = "postgres://" + PG_URL.split("://", 1)[1]
+    result = _rebuild_from_a_pg_table(target, pg_engine, "hardening_pg_scheme", 300, url)
+    assert result.exit_code == 0, result.stderr
+    assert target.card("users") == 300
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_database_password_never_shows_and_may_hold_any_character(target, pg_engine):
+    """(#10 item 8, review) A PostgreSQL password with a space failed on the ADBC and COPY paths (libpq
+    refused the URI) and its percent-encoded form showed in the error; an unencoded @ showed a
+    part of it."""
+    from tests.fixtures.sql import PG_URL
+
+    user_host = PG_URL.split("://", 1)[1].split("@", 1)
+    url = f"postgresql://{user_host[0]}:p%40ss%2Fw%3Frd%231%20x@{user_host[1]}"  # p@ss/w?rd#1 x (trust auth)
+    ok = _rebuild_from_a_pg_table(target, pg_engine, "hardening_pw", 200, url)
+    assert ok.exit_code == 0, ok.stderr
+    bad = target.cli("rebuild", "users", "--from-sql", "SELECT id FROM no_such_table_here", "--db-url", url)
+    assert bad.exit_code == 8
+    broken = target.cli(
+        "--log-format",
+        "json",
+        "rebuild",
+        "users",
+        "--from-sql",
+        "SELECT 1",
+        "--format",
+        "json",
+        "--db-url",
+        f"postgresql://{user_host[0]}:p@ss@{user_host[1]}",
+    )
+    assert broken.exit_code == 2
+    for result in (ok, bad, broken):
+        shown = result.stdout + result.stderr
+        for fragment in ("p@ss", "p%40ss", "w?rd", "w%3Frd", "rd#1", "%231", "1 x", "1%20x", "ss@"):
+            assert fragment not in shown, (fragment, shown)
+
+
+def _rebuild_from_a_pg_table(target, pg_engine, table: str, rows: int, url: str):
+    """A table of ``rows`` ids ('u1'...), and `rebuild users --swap` from it through ``url``."""
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        conn.exec_driver_sql(f"CREATE TABLE {table} (id text)")
+        conn.exec_driver_sql(f"INSERT INTO {table} SELECT 'u' || g FROM generate_series(1, {rows}) g")
+    query = f"SELECT id FROM {table}"
+    return target.cli("rebuild", "users", "--from-sql", query, "--db-url", url, "-c", "1000", "-e", "1%", "--swap")

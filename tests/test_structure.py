@@ -104,6 +104,48 @@ def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
+def layer_order() -> list[str]:
+    """The folders of docs/architecture.md, bottom to top, as its headings list them."""
+    import re
+
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^### `([a-z_]+)/`", page, re.M)  # a folder's subfolders are of its layer
+    return [folder for folder in headings if folder != "bloomctl"]
+
+
+def layer_of(module: str, layers: list[str]) -> int:
+    """The index of the deepest folder that holds ``module`` (-1: the top level)."""
+    inside = [
+        i for i, layer in enumerate(layers) if module == f"bloomctl.{layer}" or module.startswith(f"bloomctl.{layer}.")
+    ]
+    return max(inside, key=lambda i: len(layers[i]), default=-1)
+
+
+def layer_violations(layers: list[str], graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, deps in sorted(graph.items()):
+        mine = layer_of(module, layers)
+        if mine < 0:  # the top level: defaults, errors and keys import nothing above; the rest re-exports
+            continue
+        found += [f"{module} -> {dep}" for dep in sorted(deps) if layer_of(dep, layers) > mine]
+    return found
+
+
+def test_each_folder_imports_only_the_folders_below_it():
+    layers = layer_order()
+    assert layers[:3] == ["sizing", "server", "backends"] and layers[-1] == "cli"
+    graph = {module_name(path): imports_of(path) - {module_name(path)} for path in PACKAGE.rglob("*.py")}
+    assert layer_violations(layers, graph) == []
+
+
+def test_the_layer_check_finds_an_import_from_above():
+    layers = ["sizing", "lifecycle", "rebuild"]
+    graph = {"bloomctl.lifecycle.standby": {"bloomctl.rebuild.options", "bloomctl.sizing.bloom"}}
+    graph["bloomctl.rebuild.build.client"] = {"bloomctl.rebuild.options", "bloomctl.lifecycle.lock"}
+    graph["bloomctl.rebuild.run"] = {"bloomctl.rebuild.build.client", "bloomctl.lifecycle.standby"}
+    assert layer_violations(layers, graph) == ["bloomctl.lifecycle.standby -> bloomctl.rebuild.options"]
+
+
 def test_no_function_is_longer_than_80_lines():
     long = []
     for path in PACKAGE.rglob("*.py"):
@@ -144,9 +186,7 @@ def test_public_api_at_the_top_loads_lazily():
         bloomctl.nope  # noqa: B018
 
 
-# Code outside bloomctl/backends/ asks a backend to do the thing, never its name. These folders
-# still compare names while other changes land in them; each leaves this list once finished.
-NAME_COMPARISONS_PENDING = ("bloomctl/window/", "bloomctl/cli/")
+# Code outside bloomctl/backends/ asks a backend to do the thing, never its name.
 
 
 def _backend_names() -> set[str]:
@@ -202,7 +242,7 @@ def test_no_code_outside_the_backends_compares_a_backends_name():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(ROOT).as_posix()
-        if where.startswith("bloomctl/backends/") or where.startswith(NAME_COMPARISONS_PENDING):
+        if where.startswith("bloomctl/backends/"):
             continue
         found += [f"{where}:{line}" for line in backend_name_comparisons(path.read_text(encoding="utf-8"), names)]
     assert found == []
@@ -245,3 +285,48 @@ def test_the_old_cuckoo_module_still_exports_its_names():
         "plan_for",
     ):
         assert hasattr(cuckoo, name), name
+
+
+MAX_FUNCTIONS_RETURNING_ANY = 10  # a raw RESP reply, a module's __getattr__: where the value really is anything
+
+
+def _returns_any(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    returns = node.returns
+    if isinstance(returns, ast.Constant):  # a quoted annotation
+        return returns.value in ("Any", "typing.Any")
+    if isinstance(returns, ast.Name):
+        return returns.id == "Any"
+    return isinstance(returns, ast.Attribute) and returns.attr == "Any" and ast.unparse(returns.value) == "typing"
+
+
+def test_at_most_10_functions_return_any():
+    """Module boundaries carry real types: ``-> Any`` only where the value really is anything."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _returns_any(node):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert len(found) <= MAX_FUNCTIONS_RETURNING_ANY, f"{len(found)} functions return Any:\n" + "\n".join(found)
+
+
+def test_the_any_counter_finds_one():
+    sources = ("def f() -> Any: ...", "def f() -> typing.Any: ...", "async def f() -> 'Any': ...")
+    others = ("def f() -> AnyPlan: ...", "def f() -> list[Any]: ...", "def f(x: Any) -> int: ...")
+    assert [_returns_any(ast.parse(source).body[0]) for source in sources + others] == [True] * 3 + [False] * 3
+
+
+MAX_MODULE_LINES = 700  # past this, a module has usually taken on a second job
+MAX_TEST_MODULE_LINES = 900  # test files are grouped by subject; past this, one holds several
+
+
+def _longer_than(folder: Path, limit: int) -> list[str]:
+    lengths = {path: len(path.read_text(encoding="utf-8").splitlines()) for path in sorted(folder.rglob("*.py"))}
+    return [f"{path.relative_to(ROOT)}: {lines} lines" for path, lines in lengths.items() if lines > limit]
+
+
+def test_no_module_is_longer_than_700_lines():
+    assert not _longer_than(PACKAGE, MAX_MODULE_LINES)
+
+
+def test_no_test_file_is_longer_than_900_lines():
+    assert not _longer_than(ROOT / "tests", MAX_TEST_MODULE_LINES)

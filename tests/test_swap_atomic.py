@@ -7,7 +7,7 @@ import pytest
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle.single import atomic_rollback, atomic_swap
-from tests.hammer import Hammer
+from tests.helpers.hammer import Hammer
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
 

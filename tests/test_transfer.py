@@ -17,7 +17,7 @@ from bloomctl.keys import KeyFamily
 from bloomctl.lifecycle.front import reserve
 from bloomctl.server.capabilities import detect
 from bloomctl.sizing.bloom import plan
-from tests.data import write_csv
+from tests.helpers.files import write_csv
 from tests.servers import (
     PACKAGED_SERVERS,
     RedisCluster,
