@@ -82,6 +82,11 @@ def names() -> list[str]:
     return list(_BACKENDS)
 
 
+def every() -> list[Backend]:
+    """Every backend, one of each."""
+    return list(_BACKENDS.values())
+
+
 def choose(server: ServerInfo, requested: str = AUTO, kind: str = BLOOM) -> Backend:
     """The backend for a new filter of type ``kind``: RedisBloom's where the server has its commands
     (BF.*, CF.*), else the module-free one. ``requested`` is a backend's name, or (with ``kind``)

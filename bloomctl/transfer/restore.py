@@ -300,17 +300,13 @@ def rewrite_for_replicas(client: RedisClient, key: bytes) -> str | None:
     )
 
 
-def _BACKENDS() -> list[Backend]:
-    return [backends.get(name) for name in backends.names()]
-
-
 def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
     """Remove a killed restore's leftovers (they would expire anyway); refuse to touch a scratch
     key bloomctl did not write."""
     scratch, meta = family.companion("restore"), family.companion("restore:meta")
     check_companions(client, [(meta, "metadata")])
     kind = backends.key_type(client, scratch)
-    if kind != b"none" and not client.exists(meta) and not any(b.owns(client, scratch, kind) for b in _BACKENDS()):
+    if kind != b"none" and not client.exists(meta) and not any(b.owns(client, scratch, kind) for b in backends.every()):
         raise StateConflict(
             "%r holds data bloomctl did not write (bloomctl restores into it): move that key away first",
             to_display(scratch),
