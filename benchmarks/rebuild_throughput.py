@@ -59,6 +59,7 @@ class Row:
     note: str = ""
     ratio: float = 0.0  # items/s over (a)'s, in the same round
     versus: float | None = None  # over the row it is compared with (psql, the bitmap server path)
+    versus_label: str = ""
 
 
 def email(i: int) -> str:
@@ -203,7 +204,8 @@ def fmt_rows(rows: list[Row]) -> str:
     note = first.note
     versus = [row.versus for row in rows if row.versus is not None]
     if versus:
-        note += f"; {statistics.median(versus):.2f}x " + ("psql" if "PostgreSQL" in first.label else "the server path")
+        label = first.versus_label or ("psql" if "PostgreSQL" in first.label else "the server path")
+        note += f"; {statistics.median(versus):.2f}x {label}"
     cells = [first.label, f"{first.items:,}", f"{seconds:.2f}", f"{first.items / seconds:,.0f}", ratio]
     return "| " + " | ".join([*cells, cpu, slow, rss, note]) + " |"
 
@@ -217,6 +219,10 @@ def one_round(
     measured = [reference]
     three = ["--from-csv", str(export), "--column", "email"]
     measured.append(bench.measure("(b) 3-column quoted CSV, `--column email`", n, lambda: bench.bloomctl(three)))
+    numpy_env = {"BLOOMCTL_KERNEL": "numpy"}
+    native = bench.measure("(b) same, numpy kernel", n, lambda: bench.bloomctl(three, numpy_env))
+    measured[-1].versus_label, measured[-1].versus = "the numpy kernel", native.seconds / measured[-1].seconds
+    measured.append(native)
     measured.append(
         bench.measure("(b) same, `--build server`", n, lambda: bench.bloomctl([*three, "--build", "server"]))
     )
@@ -250,6 +256,19 @@ def one_round(
         measured += [slow, fast]
         bench.n = n
     measured.append(bench.measure("(d) 3-column CSV, `--jobs 2`", n, lambda: bench.bloomctl([*three, "--jobs", "2"])))
+    small = single.with_name("small.csv")
+    if not small.exists():
+        with single.open() as f, small.open("w") as out:
+            out.writelines(itertools.islice(f, 1001))
+    bench.n = 1000
+    help_row = bench.measure(
+        "(e) `bloomctl --help`", 1, lambda: (*run_child([sys.executable, "-m", "bloomctl", "--help"])[:2], "")
+    )
+    tiny = bench.measure(
+        "(e) 1k-item rebuild, one-column CSV", 1000, lambda: bench.bloomctl(["--from-csv", str(small)])
+    )
+    tiny.versus_label, tiny.versus = "(e) --help: the fixed cost is the difference", help_row.seconds / tiny.seconds
+    bench.n = n
     for row in measured:
         row.ratio = (row.items / row.seconds) / (reference.items / reference.seconds)
 

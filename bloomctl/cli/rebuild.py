@@ -494,6 +494,7 @@ def render_report(report: RebuildReport, output_format: str) -> None:
         f"catch-up       {data['catchup_rows']:,} rows" if report.catchup is not None else None,
         f"verified       {data['verified']:,} items ({data['verify_mode']})",
         f"built in       the {report.build}"
+        + (f", {report.build_kernel} kernel" if report.build_kernel else "")
         + (f" ({human_bytes(report.uploaded_bytes)} uploaded)" if report.build == "client" else "")
         + (f" ({report.build_note})" if report.build_note else ""),
         f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",

@@ -100,6 +100,7 @@ class RebuildReport:
     shards: int = 1
     build: str = "server"  # where the bits were computed: client or server
     build_note: str | None = None  # why not in the client (when auto chose the server)
+    build_kernel: str | None = None  # what set a client build's bits: native (the C kernel) or numpy
     uploaded_bytes: int = 0  # bytes of bits a client build sent
     replayed: int | None = None  # a cuckoo filter: the writes made during the rebuild, replayed into the standby
 
@@ -146,6 +147,7 @@ class RebuildReport:
             "size_bytes": self.size_bytes,
             "build": self.build,
             "build_note": self.build_note,
+            "build_kernel": self.build_kernel,
             "uploaded_bytes": self.uploaded_bytes,
             "replayed": self.replayed,
             "seconds": round(self.seconds, 3),

@@ -108,7 +108,9 @@ def _server_room(client: RedisClient, targets: Targets, sizes: list[int]) -> str
 
 def describe(path: Path) -> str:
     if path.where == "client":
-        return "building in the client (the compatibility probe matched this server)"
+        from bloomctl import native as kernel
+
+        return f"building in the client, {kernel.name()} kernel (the compatibility probe matched this server)"
     return "building on the server" + (f": {path.reason}" if path.reason else "")
 
 

@@ -322,10 +322,12 @@ def build_in_client(
 ) -> Sample | None:
     """The client build; when it cannot finish (the filter would grow a sub-filter, or dual writes
     kept changing the standby) and the source can be read again, the server path instead."""
+    from bloomctl import native as kernel
     from bloomctl.rebuild.build.client import Overflow
     from bloomctl.rebuild.build.redisbloom import MergeBusy
 
     reservoir = new_reservoir(settings)
+    report.build_kernel = kernel.name()
     try:
         report.load, report.uploaded_bytes = client_load(
             client, backend, source, standbys, settings, reservoir=reservoir, progress=progress
@@ -334,7 +336,7 @@ def build_in_client(
     except (Overflow, MergeBusy) as exc:
         if settings.build == "client" or not source.rewindable:
             raise StateConflict("the client build cannot finish: %s (use `build` server)", str(exc)) from None
-        report.build, report.build_note = "server", str(exc)
+        report.build, report.build_note, report.build_kernel = "server", str(exc), None
         log(f"{exc}: building on the server instead", {"phase": "load", "build": "server", "reason": str(exc)})
     return load_on_server(client, backend, source, standbys, settings, report, progress)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,12 @@ def positions(layout: Layout, batch: Any) -> np.ndarray[Any, Any]:
     step[step == 0] = 1
     offsets = np.arange(layout.hashes, dtype=np.uint64)[None, :] * step[:, None]
     return (start[:, None] + offsets) % m
+
+
+def native_add(native: ModuleType, layout: Layout, bits: np.ndarray[Any, Any], data: Any, offsets: Any) -> int:
+    """Set the scheme-1 bits of a batch (its buffer and int64 offsets) with the native kernel;
+    returns how many items set a new bit."""
+    return int(native.bitmap_add(data, offsets, 8, bits, layout.bits, layout.hashes))
 
 
 def new_array(layout: Layout) -> BitArray:

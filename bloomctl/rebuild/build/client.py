@@ -1,7 +1,8 @@
 """A client build of one filter, or of every member of a sharded one, fed batch by batch.
 
 Items are routed to their member (``crc32 mod N``), hashed, and set in the member's bit array,
-which counts them as the server would. A RedisBloom link that would overflow its capacity ends
+which counts them as the server would: by the native kernel where pip built it (one pass per
+item, without the GIL), else by numpy (``kernel``). A RedisBloom link that would overflow its capacity ends
 the build: a NONSCALING filter is full (the server would refuse the item too), a scaling one
 would grow on the server, which this build does not do (``Overflow``: the caller takes the
 server path). ``finish`` puts every member's bits into its standby.
@@ -13,11 +14,13 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from bloomctl import native as kernel
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.routing import route
 from bloomctl.rebuild.build import bitmap, redisbloom
 from bloomctl.rebuild.build.bits import BitArray
+from bloomctl.rebuild.build.items import buffers
 from bloomctl.rebuild.loader import over_capacity
 from bloomctl.server.client import RedisClient
 from bloomctl.sources.base import item_list
@@ -52,6 +55,7 @@ class Build:
         self.layouts = list(layouts)
         self.arrays: list[BitArray] = [self.scheme.new_array(layout) for layout in self.layouts]
         self.names = list(names) or [f"shard {i}" for i in range(len(self.layouts))]
+        self.native = kernel.native()
 
     @property
     def count(self) -> int:
@@ -61,17 +65,26 @@ class Build:
         self.apply(self.prepare(batch))
 
     def prepare(self, batch: Any) -> list[tuple[int, Any]]:
-        """The positions of a batch's items, member by member: the hashing, which can run in
-        another thread (numpy leaves the GIL) while ``apply`` sets the previous batch's bits."""
+        """A batch's items, member by member, made ready in the reading thread while ``apply``
+        sets the previous batch's bits: their buffers for the kernel, their positions for numpy
+        (which leaves the GIL while it hashes)."""
         if len(self.arrays) == 1:
-            return [(0, self.scheme.positions(self.layouts[0], batch))]
-        groups = route(item_list(batch), len(self.arrays))
-        return [(i, self.scheme.positions(self.layouts[i], group)) for i, group in enumerate(groups) if group]
+            groups = [(0, batch)]
+        else:
+            groups = [(i, group) for i, group in enumerate(route(item_list(batch), len(self.arrays))) if group]
+        if self.native is not None:
+            return [(i, buffers(group)) for i, group in groups]
+        return [(i, self.scheme.positions(self.layouts[i], group)) for i, group in groups]
 
     def apply(self, prepared: list[tuple[int, Any]]) -> None:
         """Set the bits of a prepared batch, in order, counting as the server would."""
-        for index, positions in prepared:
-            self.arrays[index].add(positions)
+        for index, work in prepared:
+            array = self.arrays[index]
+            if self.native is not None:
+                data, offsets = work
+                array.count += self.scheme.native_add(self.native, self.layouts[index], array.data, data, offsets)
+            else:
+                array.add(work)
             self.check(index)
 
     def check(self, index: int) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import random
 import secrets
-from types import ModuleType
 
 import numpy as np
 
 from bloomctl.backends import Backend
 from bloomctl.keys import KeyFamily
 from bloomctl.rebuild.build import redisbloom
-from bloomctl.rebuild.build.client import scheme_for
+from bloomctl.rebuild.build.client import Build, scheme_for
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.bloom import plan as make_plan
 
@@ -46,16 +45,18 @@ def check(
         client.pexpire(key, PROBE_TTL_MS)  # type: ignore[attr-defined]
         for start in range(0, len(items), 500):
             backend.madd(client, key, items[start : start + 500])
-        return _compare(client, scheme_for(backend.name), key, items)
+        return _compare(client, backend.name, key, items)
     finally:
         client.unlink(key)
 
 
-def _compare(client: RedisClient, scheme: ModuleType, key: bytes, items: list[bytes]) -> str | None:
+def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) -> str | None:
+    scheme = scheme_for(backend)
     layout = scheme.read_layout(client, key)
-    array = scheme.new_array(layout)
+    build = Build(backend, [layout])  # the code the rebuild runs: the kernel where it is built
     for start in range(0, len(items), 700):  # several batches: the count must carry across them
-        array.add(scheme.positions(layout, items[start : start + 700]))
+        build.add(items[start : start + 700])
+    array = build.arrays[0]
     server_bits = scheme.read_bits(client, key, layout)
     if not np.array_equal(server_bits, array.data):
         differing = int(np.count_nonzero(server_bits != array.data))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -111,6 +112,12 @@ def positions(layout: Layout, batch: Any) -> np.ndarray[Any, Any]:
     a, b = hash_pair(data, offsets)
     steps = np.arange(layout.hashes, dtype=np.uint64)
     return (a[:, None] + steps[None, :] * b[:, None]) % np.uint64(layout.bits)
+
+
+def native_add(native: ModuleType, layout: Layout, bits: np.ndarray[Any, Any], data: Any, offsets: Any) -> int:
+    """Set the bits of a batch (its buffer and int64 offsets) with the native kernel; returns
+    how many items set a new bit."""
+    return int(native.redisbloom_add(data, offsets, 8, bits, layout.bits, layout.hashes))
 
 
 def new_array(layout: Layout) -> BitArray:
