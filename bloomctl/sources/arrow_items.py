@@ -22,8 +22,10 @@ def items_of(columns: list[Any], fmt: ItemFormatter) -> tuple[Any, int]:
     for column in columns:
         present = pc.fill_null(pc.greater(pc.binary_length(column), 0), False)
         keep = present if keep is None else pc.and_(keep, present)
-    kept = [column.filter(keep) for column in columns]
-    blank = len(columns[0]) - len(kept[0])
+    kept_rows = pc.sum(keep).as_py() or 0 if len(columns[0]) else 0
+    # Most batches have no blank: their columns are used as they are (a filter would copy them).
+    kept = columns if kept_rows == len(columns[0]) else [column.filter(keep) for column in columns]
+    blank = len(columns[0]) - kept_rows
     empty = pa.scalar(b"", pa.binary())
     if fmt.template is not None:
         pieces: list[Any] = []

@@ -51,7 +51,8 @@ class _Replay:
 
     def read(self, size: int = -1) -> bytes:
         if self.head:
-            chunk, self.head = self.head, b""
+            cut = len(self.head) if size is None or size < 0 else size
+            chunk, self.head = self.head[:cut], self.head[cut:]
             return chunk
         return self.rest.read(size)
 
