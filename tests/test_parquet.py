@@ -117,3 +117,51 @@ def test_dictionary_encoded_text_reads_as_its_values(tmp_path):
     )
     assert read(open_source(parquet_path=path, column="city"), 4) == [b"oslo", b"rome", b"oslo"]
     assert read(open_source(parquet_path=path, column="code"), 4) == [b"7", b"8", b"7", b"9", b"7"]
+
+
+def test_each_job_reads_only_its_own_row_groups(tmp_path):
+    """--jobs N gives process i the row groups i, i+N, ...: every row is read once in all."""
+    path = tmp_path / "u.parquet"
+    pq.write_table(pa.table({"email": [f"u{i}@x" for i in range(10_000)]}), str(path), row_group_size=1000)
+    whole = open_source(parquet_path=str(path), column="email")
+    parts = [whole.part(i, 3) for i in range(3)]
+    read = [sorted(item for batch in part.batches(700) for item in batch) for part in parts]
+    assert [len(items) for items in read] == [4000, 3000, 3000]  # row groups 0,3,6,9 / 1,4,7 / 2,5,8
+    assert sorted(item for items in read for item in items) == sorted(f"u{i}@x".encode() for i in range(10_000))
+    assert [part.stats.rows for part in parts] == [4000, 3000, 3000]
+
+
+def test_jobs_on_parquet_give_the_bits_of_one_job_and_a_sound_count(target, tmp_path):
+    """Two jobs, each on its own row groups, give the bits of one; the same 4,000 items in both
+    halves of the file are counted by both jobs (8,000), which the bits refute: the count is
+    then their estimate, with a warning, and the filter takes more items as it should."""
+    pytest.importorskip("numpy")
+    items = [f"user{i}@example.com" for i in range(4000)]
+    path = tmp_path / "twice.parquet"
+    pq.write_table(pa.table({"email": items + items}), str(path), row_group_size=4000)
+    args = ["--from-parquet", str(path), "-c", "9000", "-e", "1%", "--nonscaling", "--build", "client"]
+    args += ["--backend", target.backend.name, "--swap", "--format", "json"]
+    one = target.cli("rebuild", "one", *args)
+    two = target.cli("rebuild", "two", *args, "--jobs", "2")
+    assert one.exit_code == 0 and two.exit_code == 0, two.stderr
+    assert target.dump("one", header=False) == target.dump("two", header=False)
+    assert json.loads(one.stdout)["added"] == 4000 == target.card("one")
+    assert "the parts counted 8,000 items, the bits hold about" in two.stderr
+    assert abs(target.card("two") - 4000) <= 40, target.card("two")  # the estimate: within 1%
+    assert json.loads(two.stdout)["items_read"] == 8000
+
+
+def test_the_estimate_from_the_bits_is_within_a_percent():
+    np = pytest.importorskip("numpy")
+    from bloomctl.rebuild.build import redisbloom
+    from bloomctl.rebuild.build.bits import BitArray
+    from bloomctl.rebuild.build.client import estimated_items
+    from bloomctl.sizing.bloom import plan
+
+    link = plan(200_000, 0.01, expansion=None).first
+    layout = redisbloom.Layout(b"", link.bytes, link.bits, link.hashes, link.capacity, True)
+    array = BitArray(link.bytes, msb_first=False)
+    for start in range(0, 150_000, 10_000):
+        array.add(redisbloom.positions(layout, [f"k{i}".encode() for i in range(start, start + 10_000)]))
+    assert abs(estimated_items(array.data, link.bits, link.hashes) - array.count) < array.count * 0.01
+    assert estimated_items(np.full(8, 255, dtype=np.uint8), 64, 3) == float("inf")

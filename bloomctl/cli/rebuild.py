@@ -163,9 +163,9 @@ def build_options(f: F) -> F:
             type=click.IntRange(1, MAX_JOBS),
             default=1,
             show_default=True,
-            help="Processes for a client build, each on its share of the items (CSV and Parquet: each "
-            "reads the whole source and keeps the items a hash gives it; SQL: the rows of --split-column); "
-            "their bits are ORed.",
+            help="Processes for a client build, each on its share of the items (CSV: each reads the whole "
+            "file and keeps the items a hash gives it; Parquet: every Nth row group; SQL: the rows of "
+            "--split-column); their bits are ORed.",
         ),
         click.option(
             "--split-column",

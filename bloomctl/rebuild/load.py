@@ -116,6 +116,7 @@ def client_load(
     *,
     reservoir: Sample | None = None,
     progress: Progress | None = None,
+    log: Events | None = None,
 ) -> tuple[LoadStats, int]:
     """Build the standbys' bits in the client (in ``settings.jobs`` processes, each on its part of
     the source) and put them in; returns the load and the bytes sent.
@@ -128,7 +129,8 @@ def client_load(
     build = ClientBuild(client, backend.name, standbys.targets.families)
     stats = LoadStats(per_key=[0] * len(standbys.targets.members))
     if settings.jobs > 1:
-        stats.sent, stats.batches = _in_parts(build, source, settings, reservoir), settings.jobs
+        warn = log or (lambda message, fields: None)
+        stats.sent, stats.batches = _in_parts(build, source, settings, reservoir, warn), settings.jobs
         if progress is not None:
             progress(stats.sent)
     else:
@@ -148,7 +150,7 @@ def client_load(
     return stats, sent
 
 
-def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reservoir: Sample | None) -> int:
+def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reservoir: Sample | None, log: Events) -> int:
     """The parallel build: the parts' bits ORed into ``build``, their samples into ``reservoir``;
     returns the items read."""
     from bloomctl.rebuild.build.parallel import build_parts
@@ -166,7 +168,8 @@ def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reserv
         seed=settings.seed,
     )
     for part in parts:
-        build.merge(part.datas, part.counts)
+        for warning in build.merge(part.datas, part.counts):
+            log(warning, {"phase": "load", "warning": "count"})
         if keyed is not None:
             keyed.absorb(part.sample_keys, part.sample)
     source.stats = merged

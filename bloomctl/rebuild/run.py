@@ -330,7 +330,7 @@ def build_in_client(
     report.build_kernel = kernel.name()
     try:
         report.load, report.uploaded_bytes = client_load(
-            client, backend, source, standbys, settings, reservoir=reservoir, progress=progress
+            client, backend, source, standbys, settings, reservoir=reservoir, progress=progress, log=log
         )
         return reservoir
     except (Overflow, MergeBusy) as exc:

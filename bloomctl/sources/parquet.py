@@ -38,6 +38,7 @@ class ParquetSource:
         self.path = path
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()
+        self.share: tuple[int, int] | None = None  # (index, parts): this part's row groups only
 
     @property
     def description(self) -> str:
@@ -95,15 +96,17 @@ class ParquetSource:
                 )
         return fmt
 
-    shared_parse = True  # every part reads every row group and keeps its items by hash
+    shared_parse = False  # each part reads its own row groups
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> ParquetSource:
-        """A fresh reader of all the files for process ``index`` of ``parts``, which keeps the items
-        a hash gives it (``bloomctl.rebuild.build.parallel.take_share``): an item repeated in two row
-        groups goes to one process, and is counted once."""
+        """A reader of row groups ``index``, ``index + parts``, ... of all the files (in path order)
+        for process ``index`` of ``parts``: each row group is read by one process only. An item
+        repeated in row groups of two parts is counted by both (the build's count policy)."""
         if split_column is not None:
-            raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by item")
-        return ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
+            raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by row group")
+        part = ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
+        part.share = (index, parts)
+        return part
 
     def preflight(self) -> None:
         self._formatter(self._dataset().schema)
@@ -136,6 +139,9 @@ class ParquetSource:
     def _scan(self, dataset: Any, names: list[str], size: int) -> Iterator[Any]:
         fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
         groups = [group for fragment in fragments for group in fragment.split_by_row_group()]
+        if self.share is not None:
+            index, parts = self.share
+            groups = groups[index::parts]
         for group in groups:
             yield from group.to_batches(columns=names, batch_size=size)
 
