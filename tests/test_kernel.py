@@ -172,6 +172,10 @@ def test_the_kernel_is_chosen_by_the_environment(native, monkeypatch):
         kernel.native()
 
 
+CLIENT_BUILD = pytest.mark.matrix("rebuild, built in the client")  # docs/compatibility.md's row
+
+
+@CLIENT_BUILD
 def test_a_tiny_error_rate_builds_in_the_client_too(target, tmp_path):
     """1e-20 needs 67 hashes: the kernel's other loop, with the bits the server sets."""
     path = tmp_path / "items.csv"
@@ -183,6 +187,7 @@ def test_a_tiny_error_rate_builds_in_the_client_too(target, tmp_path):
     assert target.dump("c") == target.dump("s") and target.card("c") == 3000
 
 
+@CLIENT_BUILD
 @pytest.mark.parametrize("choice", ["native", "numpy"])
 def test_both_kernels_build_the_servers_own_filter(target, tmp_path, monkeypatch, native, choice):
     """A client build with either kernel gives the bytes and the count of the same items added on
