@@ -138,3 +138,31 @@ def test_long_fields_and_encodings_agree_on_both_paths(tmp_path, monkeypatch):
             exact = read_all(CsvSource(str(path), **options))
         assert fast == exact, options
         assert fast[0] == [item.encode() for item in expected], options
+
+
+def as_bytes(value: str | bytes) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+@pytest.mark.parametrize("kind", ["binary", "string", "large_binary", "large_string"])
+def test_items_of_keeps_exactly_the_present_values(kind):
+    """A batch without blanks is passed on as it is (its offsets say so); with a null or an empty
+    value anywhere, those rows are dropped and counted. Sliced arrays (offsets not from 0) too."""
+    import random
+
+    from bloomctl.sources.arrow_items import items_of
+    from bloomctl.sources.base import ItemFormatter
+
+    rng = random.Random(kind)
+    fmt = ItemFormatter(["c0"], None, None, None)
+    for _ in range(300):
+        values = [
+            rng.choice(["a", "bb", "é", "", None]) if rng.random() < 0.1 else f"v{rng.randrange(99)}" for _ in range(40)
+        ]
+        array = pa.array(values, type=getattr(pa, kind)())
+        start = rng.randrange(0, 5)
+        array = array.slice(start, rng.randrange(0, 40 - start))
+        expected = [as_bytes(value) for value in array.to_pylist() if value]
+        items, blank = items_of([array], fmt)
+        assert [as_bytes(item) for item in items.to_pylist()] == expected
+        assert blank == len(array) - len(expected)
