@@ -168,9 +168,10 @@ def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reserv
         seed=settings.seed,
     )
     for part in parts:
-        for warning in build.merge(part.datas, part.counts):
-            log(warning, {"phase": "load", "warning": "count"})
+        build.merge(part.datas, part.counts)
         if keyed is not None:
             keyed.absorb(part.sample_keys, part.sample)
+    for warning in build.settle([part.counts for part in parts], disjoint_items=source.shared_parse):
+        log(warning, {"phase": "load", "warning": "count"})
     source.stats = merged
     return merged.items

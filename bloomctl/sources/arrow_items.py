@@ -7,9 +7,12 @@ counted, as on the row-by-row paths.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.sources.base import ItemFormatter
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when a batch is read
+    import pyarrow as pa
 
 
 def items_of(columns: list[Any], fmt: ItemFormatter) -> tuple[Any, int]:
@@ -42,7 +45,7 @@ def items_of(columns: list[Any], fmt: ItemFormatter) -> tuple[Any, int]:
     return _whole(items), blank
 
 
-def _whole(items: Any) -> Any:
+def _whole(items: pa.Array | pa.ChunkedArray) -> pa.Array:
     import pyarrow as pa
 
     return items.combine_chunks() if isinstance(items, pa.ChunkedArray) else items
@@ -65,5 +68,5 @@ def _none_blank(column: Any) -> bool:
         import numpy as np
     except ImportError:
         return False
-    offsets = np.frombuffer(column.buffers()[1], dtype=width)[column.offset : column.offset + len(column) + 1]
+    offsets = np.frombuffer(column.buffers()[1], dtype=width, count=column.offset + len(column) + 1)[column.offset :]
     return not bool((offsets[1:] == offsets[:-1]).any())

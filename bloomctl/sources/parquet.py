@@ -39,6 +39,7 @@ class ParquetSource:
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()
         self.share: tuple[int, int] | None = None  # (index, parts): this part's row groups only
+        self.listing: tuple[Any, ...] | None = None  # the files and row groups the parts were cut from
 
     @property
     def description(self) -> str:
@@ -106,6 +107,7 @@ class ParquetSource:
             raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by row group")
         part = ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
         part.share = (index, parts)
+        part.listing = _listing(_row_groups(self._dataset()))  # each job checks it reads the same files
         return part
 
     def preflight(self) -> None:
@@ -137,13 +139,28 @@ class ParquetSource:
             raise SourceError("cannot read %s: %s", self.path, str(exc).splitlines()[0]) from None
 
     def _scan(self, dataset: Any, names: list[str], size: int) -> Iterator[Any]:
-        fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
-        groups = [group for fragment in fragments for group in fragment.split_by_row_group()]
+        groups = _row_groups(dataset)
         if self.share is not None:
+            if _listing(groups) != self.listing:  # a file came, went or changed since the parts were cut
+                raise SourceError("the Parquet files at %s changed while the jobs read them", self.path)
             index, parts = self.share
             groups = groups[index::parts]
         for group in groups:
             yield from group.to_batches(columns=names, batch_size=size)
+
+
+def _row_groups(dataset: Any) -> list[Any]:
+    """Every row group of every file, in path order (the order of a read in one process)."""
+    fragments = sorted(dataset.get_fragments(), key=lambda fragment: fragment.path)
+    return [group for fragment in fragments for group in fragment.split_by_row_group()]
+
+
+def _listing(groups: list[Any]) -> tuple[Any, ...]:
+    """What the parts are cut from: each row group's file (and its size) and rows."""
+    return tuple(
+        (group.path, os.path.getsize(group.path), group.row_groups[0].id, group.row_groups[0].num_rows)
+        for group in groups
+    )
 
 
 def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:

@@ -14,7 +14,7 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl import native as kernel
 from bloomctl.errors import StateConflict
@@ -26,6 +26,9 @@ from bloomctl.rebuild.build.items import buffers
 from bloomctl.rebuild.loader import over_capacity
 from bloomctl.server.client import RedisClient
 from bloomctl.sources.base import item_list
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    import numpy as np
 
 BATCH_OVERHEAD = 128 << 20  # working memory of one batch (positions, sort keys), on top of the bits
 SCHEMES: dict[str, ModuleType] = {"redisbloom": redisbloom, "bitmap": bitmap}
@@ -107,47 +110,67 @@ class Build:
             f"{self.names[index]!r}: more than {layout.capacity:,} distinct items, so the filter grows a sub-filter"
         )
 
-    def merge(self, datas: Sequence[Any], counts: Sequence[int]) -> list[str]:
-        """OR in another build's bits (a part of the source built elsewhere). Counts add up, but
-        an item in two parts is counted by both: where the sum passes what the bits hold by more
-        than ``COUNT_TOLERANCE``, the count is the bits' estimate instead (an inflated count would
-        make the server take the filter for full). Returns a warning per count replaced."""
-        warnings = []
+    def merge(self, datas: Sequence[Any], counts: Sequence[int]) -> None:
+        """OR in another build's bits (a part of the source built elsewhere); the counts add up
+        (``settle`` checks the sum once every part is in)."""
         for index, (data, count) in enumerate(zip(datas, counts, strict=True)):
-            array = self.arrays[index]
-            array.merge(data)
-            array.count += count
-            estimate = estimated_items(array.data, self.layouts[index].bits, self.layouts[index].hashes)
-            if array.count > estimate * (1 + COUNT_TOLERANCE):
+            self.arrays[index].merge(data)
+            self.arrays[index].count += count
+
+    def settle(self, part_counts: Sequence[Sequence[int]], *, disjoint_items: bool) -> list[str]:
+        """Once every part is merged: the count each member records, and its capacity check.
+
+        With ``disjoint_items`` (each item went to one part: CSV's share by hash) the sum stands.
+        Otherwise an item in two parts was counted by both, and an inflated count makes the server
+        take a filter for full: where the sum passes the estimate from the bits by more than the
+        estimate's own noise (4 standard errors, and at least ``COUNT_TOLERANCE``), the member
+        records the estimate, never less than its largest part's count. Returns a warning per
+        count replaced."""
+        warnings = []
+        for index, array in enumerate(self.arrays):
+            layout = self.layouts[index]
+            estimate, error = estimated_items(array.data, layout.bits, layout.hashes)
+            if not disjoint_items and array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
+                settled = max(round(estimate), max(counts[index] for counts in part_counts))
                 warnings.append(
                     f"{self.names[index]}: the parts counted {array.count:,} items, the bits hold about "
-                    f"{estimate:,.0f} (items repeated across parts): the filter records {round(estimate):,}"
+                    f"{estimate:,.0f} (items repeated across parts): the filter records {settled:,}"
                 )
-                array.count = round(estimate)
+                array.count = settled
             self.check(index)
         return warnings
 
 
 COUNT_TOLERANCE = 0.01  # the estimate is within 0.003% of the true count at 10M distinct items
+POPCOUNT_CHUNK = 1 << 20  # bytes counted at a time: no temporary the size of the filter
 
 
 @functools.cache
-def _popcounts() -> Any:
+def _popcounts() -> np.ndarray[Any, np.dtype[np.uint8]]:
     """The set bits of every byte value."""
     import numpy as np
 
     return np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
 
 
-def estimated_items(data: Any, bits: int, hashes: int) -> float:
-    """Distinct items a Bloom filter of ``bits`` and ``hashes`` holds, from its set bits X:
-    n = -(m/k) ln(1 - X/m) (Swamidass and Baldi); infinite when every bit is set."""
+def estimated_items(data: Any, bits: int, hashes: int) -> tuple[float, float]:
+    """Distinct items a Bloom filter of ``bits`` and ``hashes`` holds, from its X set bits, and the
+    estimate's standard error: n = -(m/k) ln(1 - X/m) (Swamidass and Baldi), and from the variance
+    of X for kn throws into m bits, m p (1 - (1 + kn/m) p) with p = e^(-kn/m) the unset share, the
+    error sd(X) / (k p). Infinite when every bit is set."""
     import numpy as np
 
-    set_bits = int(_popcounts()[data].sum(dtype=np.int64))
+    table = _popcounts()
+    set_bits = sum(
+        int(table[data[start : start + POPCOUNT_CHUNK]].sum(dtype=np.int64))
+        for start in range(0, len(data), POPCOUNT_CHUNK)
+    )
     if set_bits >= bits:
-        return math.inf
-    return -(bits / hashes) * math.log1p(-set_bits / bits)
+        return math.inf, math.inf
+    unset = 1 - set_bits / bits
+    estimate = -(bits / hashes) * math.log(unset)
+    variance = bits * unset * max(1 - (1 - math.log(unset)) * unset, 0.0)
+    return estimate, math.sqrt(variance) / (hashes * unset)
 
 
 class ClientBuild(Build):

@@ -1,13 +1,14 @@
 """A client build in several processes: each builds the bits of its part of the source, and the
 parts are ORed (filters with the same layout merge by OR: a bit is set when any part set it).
 
-Parts: for CSV and Parquet every process reads the whole source (parsing is cheap next to
-setting bits) and takes the items whose hash falls to it (``take_share``): an item and all its
-repeats go to the same process, whatever the batch boundaries, and every item to exactly one.
+Parts: for CSV every process reads the whole file and takes the items whose hash falls to it
+(``take_share``): an item and all its repeats go to the same process, whatever the batch
+boundaries, and every item to exactly one. For Parquet, process i reads row groups i, i+N, ...
 For SQL, the rows whose ``split_column`` (cast to an integer) is i modulo N. The bits are exactly
 those of a build in one process. The item count is the sum of the parts' counts: each part
-counts as the server would within its part, so a false positive across parts (and, for SQL, an
-item repeated in rows of two parts) counts once per part. Each part also draws its share of the
+counts as the server would within its part, so a false positive across parts (and, for SQL and
+Parquet, an item repeated in rows of two parts) counts once per part; ``Build.settle`` checks
+the sum against the bits. Each part also draws its share of the
 verification sample (random keys: the merged sample is uniform over the whole source).
 """
 
