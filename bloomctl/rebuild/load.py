@@ -171,7 +171,10 @@ def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reserv
         build.merge(part.datas, part.counts)
         if keyed is not None:
             keyed.absorb(part.sample_keys, part.sample)
-    for warning in build.settle([part.counts for part in parts], disjoint_items=source.shared_parse):
-        log(warning, {"phase": "load", "warning": "count"})
+    build.settle(
+        [part.counts for part in parts],
+        disjoint_items=source.shared_parse,
+        warn=lambda message: log(message, {"phase": "load", "warning": "count"}),
+    )
     source.stats = merged
     return merged.items

@@ -117,32 +117,51 @@ class Build:
             self.arrays[index].merge(data)
             self.arrays[index].count += count
 
-    def settle(self, part_counts: Sequence[Sequence[int]], *, disjoint_items: bool) -> list[str]:
+    def settle(
+        self, part_counts: Sequence[Sequence[int]], *, disjoint_items: bool, warn: Callable[[str], None]
+    ) -> None:
         """Once every part is merged: the count each member records, and its capacity check.
 
         With ``disjoint_items`` (each item went to one part: CSV's share by hash) the sum stands.
         Otherwise an item in two parts was counted by both, and an inflated count makes the server
         take a filter for full: where the sum passes the estimate from the bits by more than the
         estimate's own noise (4 standard errors, and at least ``COUNT_TOLERANCE``), the member
-        records the estimate, never less than its largest part's count. Returns a warning per
-        count replaced."""
-        warnings = []
+        records what the server would have counted adding that many distinct items (the estimate
+        less its false positives), never less than its largest part's count; ``warn`` is told of
+        each count replaced, before any capacity check can stop the build."""
         for index, array in enumerate(self.arrays):
             layout = self.layouts[index]
             estimate, error = estimated_items(array.data, layout.bits, layout.hashes)
             if not disjoint_items and array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
-                settled = max(round(estimate), max(counts[index] for counts in part_counts))
-                warnings.append(
+                counted = round(counted_by_the_server(estimate, layout.bits, layout.hashes))
+                settled = max(counted, max(counts[index] for counts in part_counts))
+                warn(
                     f"{self.names[index]}: the parts counted {array.count:,} items, the bits hold about "
                     f"{estimate:,.0f} (items repeated across parts): the filter records {settled:,}"
                 )
                 array.count = settled
+        for index in range(len(self.arrays)):
             self.check(index)
-        return warnings
 
 
 COUNT_TOLERANCE = 0.01  # the estimate is within 0.003% of the true count at 10M distinct items
 POPCOUNT_CHUNK = 1 << 20  # bytes counted at a time: no temporary the size of the filter
+
+
+def counted_by_the_server(distinct: float, bits: int, hashes: int) -> float:
+    """What a server counts adding ``distinct`` distinct items one by one: each item but those
+    whose bits were all set already (a false positive, with probability (1 - e^(-kx/m))^k after
+    x items), integrated by Simpson's rule."""
+    if math.isinf(distinct) or distinct <= 0:
+        return distinct
+    steps = 1000  # even
+
+    def false_positive(x: float) -> float:
+        return float((1 - math.exp(-hashes * x / bits)) ** hashes)
+
+    width = distinct / steps
+    inner = sum((4 if i % 2 else 2) * false_positive(i * width) for i in range(1, steps))
+    return distinct - (false_positive(0) + inner + false_positive(distinct)) * width / 3
 
 
 @functools.cache
