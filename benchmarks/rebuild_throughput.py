@@ -13,7 +13,8 @@ port, and measures one after the other against that server, a filter of capacity
       one) built in the client and on the server, the one-column CSV, Parquet, PostgreSQL (with
       psql's \\copy of the same query to /dev/null as that source's ceiling)
   (c) the module-free bitmap backend on --bitmap-items items: server path, then client path
-  (d) --jobs 2 on the 3-column CSV
+  (d) --jobs 2 on the 3-column CSV and on Parquet (each job its own row groups)
+  (e) the fixed cost: a 1k-item rebuild against `bloomctl --help`
 
 For each run: seconds, items/s, the ratio to (a), the redis-server's CPU seconds during the run
 (/proc/<pid>/stat), the slowest command in SLOWLOG (everything over 1 ms is logged; none means
@@ -228,7 +229,12 @@ def one_round(
     )
     measured.append(bench.measure("(b) one-column CSV", n, lambda: bench.bloomctl(["--from-csv", str(single)])))
     if parquet:
-        measured.append(bench.measure("(b) Parquet", n, lambda: bench.bloomctl(["--from-parquet", str(parquet)])))
+        one_job = bench.measure("(b) Parquet", n, lambda: bench.bloomctl(["--from-parquet", str(parquet)]))
+        two_jobs = bench.measure(
+            "(d) Parquet, `--jobs 2`", n, lambda: bench.bloomctl(["--from-parquet", str(parquet), "--jobs", "2"])
+        )
+        two_jobs.versus_label, two_jobs.versus = "`--jobs 1`", one_job.seconds / two_jobs.seconds
+        measured += [one_job, two_jobs]
     if table:
         query = f"SELECT email FROM {table}"
         env = {"BLOOMCTL_DB_URL": args.pg_url}
