@@ -23,6 +23,8 @@ from bloomctl.rebuild.build import bitmap, redisbloom  # noqa: E402
 from bloomctl.rebuild.build.bits import BitArray  # noqa: E402
 from bloomctl.rebuild.build.items import buffers  # noqa: E402
 
+CLIENT_BUILD = pytest.mark.matrix("rebuild, built in the client")  # docs/compatibility.md's row
+
 
 @pytest.fixture(scope="module")
 def native():
@@ -162,6 +164,16 @@ def test_both_sha1_codes_give_hashlibs_bits(native, code):
         native.sha1_code("md5")
 
 
+@CLIENT_BUILD
+def test_a_wrong_kernel_choice_is_refused_before_anything_is_written(target, tmp_path, monkeypatch):
+    path = tmp_path / "items.csv"
+    path.write_text("item\na\nb\n")
+    monkeypatch.setenv(kernel.KERNEL_ENV, "fastest")
+    result = target.cli("rebuild", "users", "--from-csv", str(path), "-c", "100", "-e", "1%", "--swap")
+    assert result.exit_code == 2 and "BLOOMCTL_KERNEL must be one of auto, native, numpy" in result.stderr
+    assert not target.client.exists("{users}:standby") and not target.client.exists("{users}:standby:meta")
+
+
 def test_the_kernel_is_chosen_by_the_environment(native, monkeypatch):
     monkeypatch.setenv(kernel.KERNEL_ENV, "numpy")
     assert kernel.native() is None and kernel.name() == "numpy"
@@ -170,9 +182,6 @@ def test_the_kernel_is_chosen_by_the_environment(native, monkeypatch):
     monkeypatch.setenv(kernel.KERNEL_ENV, "fast")
     with pytest.raises(UsageError, match="BLOOMCTL_KERNEL must be one of auto, native, numpy"):
         kernel.native()
-
-
-CLIENT_BUILD = pytest.mark.matrix("rebuild, built in the client")  # docs/compatibility.md's row
 
 
 @CLIENT_BUILD

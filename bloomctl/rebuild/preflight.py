@@ -22,6 +22,7 @@ from bloomctl.lifecycle.manifest import new_manifest, read_manifest
 from bloomctl.lifecycle.metadata import RECIPE, read_metadata, recipe_field
 from bloomctl.lifecycle.single import check_family, check_recipe
 from bloomctl.lifecycle.standby import Targets
+from bloomctl.native import native
 from bloomctl.rebuild.options import Events, RebuildOptions
 from bloomctl.rebuild.settings import LoadSettings, PlanRequest, RunControls, VerifySettings, swap_guards
 from bloomctl.server.capabilities import ServerInfo
@@ -86,6 +87,7 @@ def preflight(
 def check_options(source: Source, options: RebuildOptions) -> None:
     """The options on their own and against the source; then the source itself (its header or
     query columns against the column or template)."""
+    native()  # a wrong BLOOMCTL_KERNEL is refused here, not once the standby exists
     if options.batch_size is not None and options.batch_size < 1:
         raise UsageError("`batch_size` must be at least 1, got %s", options.batch_size)
     if options.max_rate is not None and not (options.max_rate > 0 and math.isfinite(options.max_rate)):
