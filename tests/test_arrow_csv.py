@@ -166,3 +166,22 @@ def test_items_of_keeps_exactly_the_present_values(kind):
         items, blank = items_of([array], fmt)
         assert [as_bytes(item) for item in items.to_pylist()] == expected
         assert blank == len(array) - len(expected)
+
+
+def test_a_stream_with_nothing_yet_is_not_taken_for_its_end():
+    """A non-blocking stream's readinto answers None when it has no bytes yet: read as the end of
+    the file, the rest of the items would be lost; it hands the file to the csv module instead."""
+    import io
+
+    from bloomctl.sources.arrow_csv import StrictStream
+    from bloomctl.sources.arrow_errors import Unsure
+
+    class NothingYet(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer):
+            return None
+
+    with pytest.raises(Unsure, match="no bytes without being at its end"):
+        StrictStream(NothingYet(), b",").readinto(bytearray(16))

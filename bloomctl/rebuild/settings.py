@@ -8,10 +8,13 @@ only its own value, and none reads the whole bag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.rebuild.options import RebuildOptions
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -33,20 +36,7 @@ class PlanRequest:
 
     @classmethod
     def of(cls, options: RebuildOptions) -> PlanRequest:
-        return cls(
-            capacity=options.capacity,
-            headroom=options.headroom,
-            error_rate=options.error_rate,
-            expansion=options.expansion,
-            nonscaling=options.nonscaling,
-            filter_type=options.filter_type,
-            bucket_size=options.bucket_size,
-            max_iterations=options.max_iterations,
-            fingerprint_bits=options.fingerprint_bits,
-            backend=options.backend,
-            shards=options.shards,
-            client_build=options.build == "client" or options.jobs > 1,
-        )
+        return copied(cls, options, client_build=options.build == "client" or options.jobs > 1)
 
 
 @dataclass(frozen=True)
@@ -67,19 +57,7 @@ class LoadSettings:
 
     @classmethod
     def of(cls, options: RebuildOptions, batch: int) -> LoadSettings:
-        return cls(
-            batch=batch,
-            max_rate=options.max_rate,
-            window=options.window,
-            build=options.build,
-            client_memory=options.client_memory,
-            jobs=options.jobs,
-            split_column=options.split_column,
-            since_column=options.since_column,
-            catchup_skew=options.catchup_skew,
-            sample=0 if options.verify_all else options.verify_sample,
-            seed=options.seed,
-        )
+        return copied(cls, options, batch=batch, sample=0 if options.verify_all else options.verify_sample)
 
 
 @dataclass(frozen=True)
@@ -106,13 +84,13 @@ class RunControls:
 
     @classmethod
     def of(cls, options: RebuildOptions) -> RunControls:
-        return cls(
-            dry_run=options.dry_run,
-            swap=options.swap,
-            force=options.force,
-            lock_wait=options.lock_wait,
-            lock_ttl_ms=options.lock_ttl_ms,
-        )
+        return copied(cls, options)
+
+
+def copied(cls: type[T], options: RebuildOptions, **computed: Any) -> T:
+    """A settings value whose fields are the options of the same names, but for ``computed``."""
+    named = {field.name: getattr(options, field.name) for field in fields(cls) if field.name not in computed}  # type: ignore[arg-type]
+    return cls(**named, **computed)
 
 
 def swap_guards(options: RebuildOptions) -> SwapGuards:

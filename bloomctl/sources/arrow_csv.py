@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import io
 from collections.abc import Iterator
-from types import ModuleType
 from typing import IO, Any
 
 import numpy as np
@@ -54,22 +53,9 @@ class StrictStream(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
-        if self.native is not None:
-            return self._readinto_native(self.native, memoryview(buffer).cast("B"))
-        chunk = self.raw.read(len(buffer))
-        self._check_utf8(chunk)
-        body = chunk
-        if not self.started:
-            self.started = True
-            if chunk.startswith(codecs.BOM_UTF8):  # pyarrow and the csv reader both drop it
-                body = chunk[len(codecs.BOM_UTF8) :]
-        self._check_quotes(body, end=not chunk)
-        buffer[: len(chunk)] = chunk
-        return len(chunk)
-
-    def _readinto_native(self, native: ModuleType, view: memoryview) -> int:
-        """``readinto`` with the kernel: the bytes land in pyarrow's buffer and are checked there
-        (no copy, no new bytes object per block: a third of the check's time)."""
+        """Read into pyarrow's buffer and check the bytes there (no copy, no new bytes object per
+        block: a third of the check's time)."""
+        view = memoryview(buffer).cast("B")
         readinto = getattr(self.raw, "readinto", None)
         if readinto is not None:
             n = readinto(view)
@@ -80,7 +66,8 @@ class StrictStream(io.RawIOBase):
             n = len(data)
             view[:n] = data
         chunk = view[:n]
-        if n == 0 or not native.is_ascii(chunk) or self.decoder.getstate()[0]:
+        ascii_only = self.native.is_ascii(chunk) if self.native is not None else bytes(chunk).isascii()
+        if n == 0 or not ascii_only or self.decoder.getstate()[0]:  # (or a sequence cut by the last read)
             self._check_utf8(bytes(chunk))
         if not self.started and n:
             self.started = True
@@ -91,10 +78,7 @@ class StrictStream(io.RawIOBase):
 
     def _check_utf8(self, chunk: bytes) -> None:
         try:
-            if not chunk:
-                self.decoder.decode(b"", final=True)
-            elif not chunk.isascii() or self.decoder.getstate()[0]:  # (a sequence cut by the last read)
-                self.decoder.decode(chunk)
+            self.decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
             raise Unsure("not valid UTF-8") from None
 

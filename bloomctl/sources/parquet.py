@@ -105,9 +105,10 @@ class ParquetSource:
         repeated in row groups of two parts is counted by both (the build's count policy)."""
         if split_column is not None:
             raise UsageError("`split_column` splits SQL sources; Parquet files are shared out by row group")
+        if self.listing is None:  # read once, for every part: each job checks it reads the same files
+            self.listing = _listing(_row_groups(self._dataset()))
         part = ParquetSource(self.path, column=self.column, template=self.template, prefix=self.prefix)
-        part.share = (index, parts)
-        part.listing = _listing(_row_groups(self._dataset()))  # each job checks it reads the same files
+        part.share, part.listing = (index, parts), self.listing
         return part
 
     def preflight(self) -> None:

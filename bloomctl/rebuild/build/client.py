@@ -130,9 +130,11 @@ class Build:
         less its false positives), never less than its largest part's count; ``warn`` is told of
         each count replaced, before any capacity check can stop the build."""
         for index, array in enumerate(self.arrays):
+            if disjoint_items:
+                break  # the sums stand: no need to count the bits
             layout = self.layouts[index]
             estimate, error = estimated_items(array.data, layout.bits, layout.hashes)
-            if not disjoint_items and array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
+            if array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
                 counted = round(counted_by_the_server(estimate, layout.bits, layout.hashes))
                 settled = max(counted, max(counts[index] for counts in part_counts))
                 warn(
