@@ -33,6 +33,7 @@ DEFAULT_CLIENT_MEMORY = 1 << 30  # bytes a client build may hold (the filter's b
 CLIENT_BATCH = 1 << 16  # items hashed per step of a client build
 MAX_WINDOW_KEEP = 1000  # buckets of one time-windowed filter
 MAX_JOBS = 64  # processes of one client build
+ENGINES = ("dask", "spark")  # distributed engines that build the bits (bloomctl.distributed)
 DEFAULT_BATCH_SIZE = 5000  # items per BF.INSERT (about 1 ms on the server)
 BITMAP_BATCH_SIZE = (
     1000  # items per FCALL bloomctl_madd: ~5 ms on the server (2000: ~11 ms, outliers to 29 ms), as fast overall

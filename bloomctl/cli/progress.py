@@ -18,9 +18,10 @@ from bloomctl.cli.options import cuckoo_values
 from bloomctl.cli.output import Output
 from bloomctl.cli.render import to_flags
 from bloomctl.declared.rebuild_all import Run
-from bloomctl.errors import ExitCode, classify, first_line
+from bloomctl.errors import ExitCode, UsageError, classify, first_line
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from bloomctl.distributed.frame import FrameSource
     from bloomctl.rebuild import RebuildOptions, RebuildReport
 
 LOG_EVERY_SECONDS = 5.0
@@ -91,16 +92,9 @@ def run_one(
     reporter = Reporter(app.output)
     run.started = time.monotonic()
     try:  # the source is opened inside, so that a missing file or driver also lands in the metrics file
-        source = open_source(**source_values)
-        report = rebuild(
-            client,
-            server,
-            key,
-            source,
-            rebuild_options(dict(options)),
-            events=reporter.event,
-            progress=reporter.progress,
-        )
+        settings = rebuild_options(dict(options))
+        source = engine_source(settings.engine, source_values) if settings.engine else open_source(**source_values)
+        report = rebuild(client, server, key, source, settings, events=reporter.event, progress=reporter.progress)
     except BaseException as exc:
         run.code, run.items, run.detail = classify(exc).exit_code, reporter.done, failure_line(exc)
         raise
@@ -112,14 +106,33 @@ def run_one(
     return report
 
 
+ENGINE_PLACES = ("scheduler", "spark_master", "spark_remote", "engine_slots")  # where --engine runs
+
+
 def rebuild_options(options: dict[str, Any]) -> RebuildOptions:
     """The command's options (the source's taken out) as the library's ``RebuildOptions``."""
     from bloomctl.rebuild import RebuildOptions
 
+    engine, places = options.pop("engine", None), {name: options.pop(name, None) for name in ENGINE_PLACES}
+    if engine is not None:
+        from bloomctl.distributed import open_engine
+
+        slots = places.pop("engine_slots")
+        options["engine"] = open_engine(engine, slots=slots, **places)
+    elif any(value is not None for value in places.values()):
+        raise UsageError("--scheduler, --spark-master, --spark-remote and --engine-slots go with --engine")
     options["verify_all"] = options.pop("verify_mode") == "all"
     cuckoo = [options.pop(name) for name in ("bucket_size", "max_iterations", "fingerprint_bits")]
     options.update(cuckoo_values(options["filter_type"], *cuckoo))
     return RebuildOptions.from_mapping(options)
+
+
+def engine_source(engine: Any, values: dict[str, Any]) -> FrameSource:
+    """The source an engine's workers read: Parquet files (a path or a URL they reach)."""
+    if not values.get("parquet_path") or values.get("csv_path") or values.get("sql"):
+        raise UsageError("--engine reads --from-parquet files (a path or URL its workers reach)")
+    recipe = {name: values.get(name) for name in ("column", "template", "prefix")}
+    return engine.read_parquet(values["parquet_path"], **recipe)
 
 
 def failure_line(exc: BaseException) -> str:

@@ -37,6 +37,7 @@ from bloomctl.defaults import (
     DEFAULT_SKIP_BAD_ROWS,
     DEFAULT_VERIFY_SAMPLE,
     DEFAULT_WINDOW,
+    ENGINES,
     MAX_CATCHUP_SKEW,
     MAX_HEADROOM,
     MAX_JOBS,
@@ -172,6 +173,37 @@ def build_options(f: F) -> F:
             metavar="COLUMN",
             help="SQL with --jobs: a numeric column; job i reads the rows where it, cast to an integer, "
             "is i modulo --jobs.",
+        ),
+        click.option(
+            "--engine",
+            type=click.Choice(ENGINES),
+            default=None,
+            help="Build the bits on a cluster you run, from --from-parquet (a path or URL its workers read): "
+            "dask (--scheduler) or spark (--spark-master or --spark-remote); bloomctl then uploads, verifies "
+            "and swaps as always. For sources beyond one machine: an engine's start-up costs seconds "
+            "(docs/distributed.md). Needs the [dask] or [spark] extra.",
+        ),
+        click.option(
+            "--scheduler",
+            metavar="URL",
+            help="--engine dask: the scheduler to run on (tcp://host:8786); default: threads in this process.",
+        ),
+        click.option(
+            "--spark-master",
+            metavar="URL",
+            help="--engine spark: the master (local[4], spark://host:7077, yarn); default local[*].",
+        ),
+        click.option(
+            "--spark-remote",
+            metavar="URL",
+            help="--engine spark: a Spark Connect server (sc://host:15002), instead of a master.",
+        ),
+        click.option(
+            "--engine-slots",
+            type=click.IntRange(1, 100_000),
+            default=None,
+            help="--engine: the parts built at once, each the size of the whole filter (default: one per "
+            "worker thread, or Spark's default parallelism).",
         ),
         click.option(
             "--client-memory",

@@ -128,8 +128,12 @@ def client_load(
     started = time.perf_counter()
     build = ClientBuild(client, backend.name, standbys.targets.families)
     stats = LoadStats(per_key=[0] * len(standbys.targets.members))
-    if settings.jobs > 1:
-        warn = log or (lambda message, fields: None)
+    warn = log or (lambda message, fields: None)
+    if settings.engine is not None:
+        stats.sent, stats.batches = _by_engine(build, source, settings, reservoir, warn), 1
+        if progress is not None:
+            progress(stats.sent)
+    elif settings.jobs > 1:
         stats.sent, stats.batches = _in_parts(build, source, settings, reservoir, warn), settings.jobs
         if progress is not None:
             progress(stats.sent)
@@ -148,6 +152,40 @@ def client_load(
     stats.per_key = [array.count for array in build.arrays]
     stats.seconds = time.perf_counter() - started
     return stats, sent
+
+
+def _by_engine(
+    build: ClientBuild, source: Source, settings: LoadSettings, reservoir: Sample | None, log: Events
+) -> int:
+    """The distributed build: the engine's tasks build parts of the bits from its reads of the
+    source, merged into one; ORed into ``build``, its sample into ``reservoir``, and its count
+    settled against the bits (an item in two tasks' shares was counted by both). Returns the
+    items read."""
+    from bloomctl.rebuild.build.spec import BuildSpec, check_part
+    from bloomctl.sources.base import recipe_of
+
+    keyed = reservoir if isinstance(reservoir, KeyedReservoir) else None
+    recipe = recipe_of(source)
+    spec = BuildSpec(
+        build.backend,
+        tuple(build.layouts),
+        tuple(build.names),
+        column=recipe["column"],  # type: ignore[arg-type]
+        template=recipe["template"],  # type: ignore[arg-type]
+        prefix=recipe["prefix"],  # type: ignore[arg-type]
+        sample_size=keyed.size if keyed is not None else 0,
+        seed=settings.seed,
+    )
+    log(f"building the bits on {settings.engine.description}", {"phase": "load", "engine": settings.engine.name})
+    part = check_part(settings.engine.build(spec, source), spec)
+    build.merge(part.datas, part.counts)
+    if keyed is not None:
+        keyed.absorb(part.sample_keys, part.sample)
+    build.settle(
+        [part.largest], disjoint_items=False, warn=lambda message: log(message, {"phase": "load", "warning": "count"})
+    )
+    source.stats = part.stats
+    return part.stats.items
 
 
 def _in_parts(build: ClientBuild, source: Source, settings: LoadSettings, reservoir: Sample | None, log: Events) -> int:

@@ -62,6 +62,7 @@ class RebuildOptions:
     client_memory: int = DEFAULT_CLIENT_MEMORY
     jobs: int = 1  # processes of a client build, each on its part of the source
     split_column: str | None = None  # SQL: the integer column that shares the rows out to the jobs
+    engine: Any = None  # a distributed engine that builds the bits (``bloomctl.distributed``): Dask, Spark
 
     @property
     def batch(self) -> int:

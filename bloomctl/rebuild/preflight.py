@@ -115,6 +115,8 @@ def check_jobs(source: Source, options: RebuildOptions) -> None:
     """A parallel client build: its parts can be cut from this source (and a SQL part's query runs)."""
     if not 1 <= options.jobs <= MAX_JOBS:
         raise UsageError("`jobs` must be between 1 and %s, got %s", MAX_JOBS, options.jobs)
+    if options.engine is not None:
+        check_engine(source, options)
     if options.jobs == 1:
         if options.split_column is not None:
             raise UsageError("`split_column` shares rows out to `jobs`: give `jobs` 2 or more")
@@ -122,6 +124,17 @@ def check_jobs(source: Source, options: RebuildOptions) -> None:
     if options.build == "server":
         raise UsageError("`jobs` runs a client build in parallel: leave out `jobs` with `build` server")
     source.part(0, options.jobs, options.split_column).preflight()
+
+
+def check_engine(source: Source, options: RebuildOptions) -> None:
+    """A distributed build: the engine computes the bits, so the build is in the client, in one
+    share per task (not ``jobs``), from a source the engine reads itself."""
+    if options.build == "server":
+        raise UsageError("`engine` computes the bits off the server: leave out `build` server")
+    if options.jobs > 1:
+        raise UsageError("`engine` shares the build out to its workers: leave out `jobs`")
+    if not getattr(source, "engine_readable", False):
+        raise UsageError("an engine reads Parquet files or a DataFrame, not %s", source.description)
 
 
 @dataclass(frozen=True)

@@ -334,6 +334,10 @@ def build_in_client(
         )
         return reservoir
     except (Overflow, MergeBusy) as exc:
+        if settings.engine is not None:  # never the whole source through this one process instead
+            raise StateConflict(
+                "the engine's build cannot finish: %s (raise `capacity`, or rebuild without `engine`)", str(exc)
+            ) from None
         if settings.build == "client" or not source.rewindable:
             raise StateConflict("the client build cannot finish: %s (use `build` server)", str(exc)) from None
         report.build, report.build_note, report.build_kernel = "server", str(exc), None

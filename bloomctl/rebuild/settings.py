@@ -36,7 +36,9 @@ class PlanRequest:
 
     @classmethod
     def of(cls, options: RebuildOptions) -> PlanRequest:
-        return copied(cls, options, client_build=options.build == "client" or options.jobs > 1)
+        return copied(
+            cls, options, client_build=options.build == "client" or options.jobs > 1 or options.engine is not None
+        )
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,17 @@ class LoadSettings:
     catchup_skew: float
     sample: int  # items kept for the verification; 0 when every item is verified, or none
     seed: int | None
+    engine: Any  # builds the bits on a cluster (an ``Engine``), or None
 
     @classmethod
     def of(cls, options: RebuildOptions, batch: int) -> LoadSettings:
-        return copied(cls, options, batch=batch, sample=0 if options.verify_all else options.verify_sample)
+        return copied(
+            cls,
+            options,
+            batch=batch,
+            sample=0 if options.verify_all else options.verify_sample,
+            build="client" if options.engine is not None else options.build,  # an engine only builds bits
+        )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from bloomctl.errors import UsageError
 from bloomctl.sources.base import ItemFormatter
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when a batch is read
@@ -43,6 +44,56 @@ def items_of(columns: list[Any], fmt: ItemFormatter) -> tuple[Any, int]:
     else:
         items = kept[0]
     return _whole(items), blank
+
+
+def formatter_for(
+    schema: Any, column: str | None, template: str | None, prefix: str | None, what: str = "column"
+) -> ItemFormatter:
+    """The item recipe over an Arrow schema, its columns checked: text, binary or integer
+    (dictionary-encoded ones by their values). Other types are refused up front: their text form
+    would be a choice bloomctl should not make for you."""
+    import pyarrow as pa
+
+    fmt = ItemFormatter(list(schema.names), column, template, prefix)
+    for index in fmt.indexes or [fmt.index]:
+        kind = schema.field(index).type
+        if pa.types.is_dictionary(kind):  # pandas categoricals: judged by their values
+            kind = kind.value_type
+        if getattr(pa.types, "is_string_view", lambda _: False)(kind) or getattr(
+            pa.types, "is_binary_view", lambda _: False
+        )(kind):
+            continue
+        if not (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind)
+            or pa.types.is_integer(kind)
+        ):
+            raise UsageError(
+                "%s %r has type %s: items are built from text, binary or integer columns",
+                what,
+                schema.names[index],
+                str(kind),
+            )
+    return fmt
+
+
+def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:
+    """The items of a record batch (binary), and how many rows were blank."""
+    return items_of([_as_binary(batch.column(schema.names[i])) for i in (fmt.indexes or [fmt.index])], fmt)
+
+
+def _as_binary(column: pa.Array) -> pa.Array:
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):  # a column of a Table
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_integer(column.type):
+        column = column.cast(pa.string())  # decimal digits, as str() of the number
+    return column.cast(pa.binary())  # one batch holds far less than the 2 GiB of 32-bit offsets
 
 
 def _whole(items: pa.Array | pa.ChunkedArray) -> pa.Array:

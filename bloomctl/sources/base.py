@@ -92,8 +92,9 @@ def _mysql_kill_query(connection: Any) -> Callable[[], object]:
 
 def recipe_of(source: Any) -> dict[str, object]:
     """How a source builds its items: its kind and its column, template and prefix (what the
-    metadata records, so a swap can refuse items built otherwise than the active filter's)."""
-    kinds = {"CsvSource": "csv", "SqlSource": "sql", "ParquetSource": "parquet"}
+    metadata records, so a swap can refuse items built otherwise than the active filter's). An
+    engine's DataFrame builds its items by the Parquet rules, and is recorded as Parquet."""
+    kinds = {"CsvSource": "csv", "SqlSource": "sql", "ParquetSource": "parquet", "FrameSource": "parquet"}
     kind = next((kinds[c.__name__] for c in type(source).__mro__ if c.__name__ in kinds), type(source).__name__)
     recipe: dict[str, object] = {"source": kind}  # (a subclass of a CSV source reads CSV)
     for name in ("column", "template", "prefix"):

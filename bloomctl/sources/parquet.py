@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from bloomctl.errors import SourceError, UsageError
-from bloomctl.sources.arrow_items import items_of
+from bloomctl.sources.arrow_items import formatter_for, render
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when the files are read
-    import pyarrow as pa
     import pyarrow.dataset as ds
 
 INSTALL_HINT = "Parquet sources need pyarrow: pip install '.[fast]' in bloomctl's checkout"
@@ -72,30 +71,7 @@ class ParquetSource:
             raise SourceError("cannot read %s: %s", self.path, str(exc).splitlines()[0]) from None
 
     def _formatter(self, schema: Any) -> ItemFormatter:
-        import pyarrow as pa
-
-        fmt = ItemFormatter(list(schema.names), self.column, self.template, self.prefix)
-        for index in fmt.indexes or [fmt.index]:
-            kind = schema.field(index).type
-            if pa.types.is_dictionary(kind):  # pandas categoricals: judged by their values
-                kind = kind.value_type
-            if getattr(pa.types, "is_string_view", lambda _: False)(kind) or getattr(
-                pa.types, "is_binary_view", lambda _: False
-            )(kind):
-                continue
-            if not (
-                pa.types.is_string(kind)
-                or pa.types.is_large_string(kind)
-                or pa.types.is_binary(kind)
-                or pa.types.is_large_binary(kind)
-                or pa.types.is_integer(kind)
-            ):
-                raise UsageError(
-                    "Parquet column %r has type %s: items are built from text, binary or integer columns",
-                    schema.names[index],
-                    str(kind),
-                )
-        return fmt
+        return formatter_for(schema, self.column, self.template, self.prefix, "Parquet column")
 
     shared_parse = False  # each part reads its own row groups
 
@@ -162,18 +138,3 @@ def _listing(groups: list[Any]) -> tuple[Any, ...]:
         (group.path, os.path.getsize(group.path), group.row_groups[0].id, group.row_groups[0].num_rows)
         for group in groups
     )
-
-
-def render(batch: Any, fmt: ItemFormatter, schema: Any) -> tuple[Any, int]:
-    """The items of a record batch (binary), and how many rows were blank."""
-    return items_of([_as_binary(batch.column(schema.names[i])) for i in (fmt.indexes or [fmt.index])], fmt)
-
-
-def _as_binary(column: pa.Array) -> pa.Array:
-    import pyarrow as pa
-
-    if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
-    if pa.types.is_integer(column.type):
-        column = column.cast(pa.string())  # decimal digits, as str() of the number
-    return column.cast(pa.binary())  # one batch holds far less than the 2 GiB of 32-bit offsets

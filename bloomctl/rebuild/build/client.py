@@ -54,8 +54,11 @@ class Build:
     standbys' own, read from the server). No server is needed to add items: parts of a source
     can be built in other processes and merged (``merge``)."""
 
-    def __init__(self, backend: str, layouts: Sequence[Any], names: Sequence[str] = ()) -> None:
+    def __init__(
+        self, backend: str, layouts: Sequence[Any], names: Sequence[str] = (), *, checked: bool = True
+    ) -> None:
         self.backend = backend
+        self.checked = checked  # False: a part of a distributed build, checked once merged (``settle``)
         self.scheme = scheme_for(backend)
         self.layouts = list(layouts)
         self.arrays: list[BitArray] = [self.scheme.new_array(layout) for layout in self.layouts]
@@ -90,7 +93,8 @@ class Build:
                 array.count += self.scheme.native_add(self.native, self.layouts[index], array.data, data, offsets)
             else:
                 array.add(work)
-            self.check(index)
+            if self.checked:
+                self.check(index)
 
     def check(self, index: int) -> None:
         """A RedisBloom link holds ``capacity`` items: past that, as the server would, refuse
