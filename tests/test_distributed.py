@@ -5,6 +5,7 @@ partitions, a failing task, dual writes during the job, and the command line's `
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import random
@@ -73,9 +74,17 @@ def test_any_merge_tree_of_parts_gives_the_bits_of_one_build(scheme):
         middle = len(group) // 2
         return merge(balanced(group[:middle]), balanced(group[middle:]))
 
+    def copies(group):  # merge_all ORs into the first part's arrays: give it copies
+        return [dataclasses.replace(part, datas=[data.copy() for data in part.datas]) for part in group]
+
     shuffled = parts[:]
     rng.shuffle(shuffled)
-    for merged in (merge_all(parts), merge_all(parts[::-1]), balanced(parts), merge_all(shuffled)):
+    for merged in (
+        merge_all(copies(parts)),
+        merge_all(copies(parts[::-1])),
+        balanced(parts),
+        merge_all(copies(shuffled)),
+    ):
         assert all(np.array_equal(a, b.data) for a, b in zip(merged.datas, whole.arrays, strict=True))
         assert merged.counts == [sum(part.counts[i] for part in parts) for i in range(2)]
         assert merged.stats.items == len(items) == merged.stats.rows
@@ -107,8 +116,10 @@ def test_a_part_round_trips_through_arrow_in_chunks():
     batches = list(arrow_batches(a, 1000))
     with pytest.raises(ValueError, match="incomplete"):
         from_arrow(pa.Table.from_batches(batches[1:]))
-    with pytest.raises(ValueError, match="incomplete"):
+    with pytest.raises(ValueError, match="incomplete or doubled"):
         from_arrow(pa.Table.from_batches([batches[0], *batches]))
+    with pytest.raises(ValueError, match="incomplete or doubled"):  # as many bytes, one chunk twice, one lost
+        from_arrow(pa.Table.from_batches([batches[0], batches[0], *batches[2:]]))
 
 
 def test_samples_merge_into_a_uniform_sample_of_the_whole():
@@ -341,9 +352,11 @@ def test_the_command_line_builds_with_dask(bloom, tmp_path):
     write_parquet(folder / "a.parquet", items[:5000], 1000)
     write_parquet(folder / "b.parquet", items[5000:], 1000)
     args = ["--from-parquet", str(folder), "--column", "email", "-e", "1%", "--swap", "--format", "json"]
-    spread = cli("rebuild", "spread", *args, "--engine", "dask", "--engine-slots", "3")
+    # a process of its own: no Dask client of another test becomes its scheduler
+    command = [sys.executable, "-m", "bloomctl", "--url", bloom.url, "rebuild", "spread", *args]
+    spread = subprocess.run([*command, "--engine", "dask", "--engine-slots", "3"], capture_output=True, text=True)
     one = cli("rebuild", "one", *args, "--build", "client")
-    assert spread.exit_code == 0 and one.exit_code == 0, spread.stderr
+    assert spread.returncode == 0 and one.exit_code == 0, spread.stderr
     report = json.loads(spread.stdout)
     assert (report["items_read"], report["blank"], report["build"]) == (7200, 800, "client")
     assert "building the bits on Dask" in spread.stderr
@@ -430,7 +443,7 @@ def test_every_item_verified_and_a_filter_that_outgrows_one_link(bloom, dask_cli
     options = {"redis": client, "client": dask_client, "error_rate": 0.01, "swap": True}
     report = engine.build(frame(items, 3), "email", key="all", capacity=5000, verify_all=True, **options)
     assert (report.verify_mode, report.verified, report.swapped) == ("all", 3000, True)
-    with pytest.raises(StateConflict, match="engine's build cannot finish: .*more than 1,000 distinct items"):
+    with pytest.raises(StateConflict, match=r"engine's build cannot finish: .*more than 1,000 distinct items"):
         engine.build(frame(items, 3), "email", key="all", capacity=1000, **options)
     assert int(client.execute_command("BF.CARD", "all")) == 3000
 
@@ -449,3 +462,19 @@ def test_the_pages_dask_example_runs(bloom, dask_client, monkeypatch, tmp_path):
     printed: list[str] = []
     exec(compile(example, "docs/distributed.md", "exec"), {"print": lambda *a: printed.append(" ".join(map(str, a)))})
     assert printed == ["5000 True"]
+
+
+def test_repeats_that_push_the_sum_past_the_capacity_do_not_fill_the_filter(bloom, dask_client):
+    """990 distinct items, 40 of them again in another partition, a NONSCALING filter of 1,000:
+    the parts count 1,030, which the bits put below the capacity; the build records the server's
+    count and swaps, as a one-process build of the same rows does."""
+    from bloomctl.distributed import dask as engine
+    from bloomctl.server.connection import connect, settings_from
+
+    client = connect(settings_from(bloom.url))
+    items = [f"user{i}@example.com" for i in range(990)]
+    options = {"redis": client, "client": dask_client, "capacity": 1000, "error_rate": 0.01, "nonscaling": True}
+    report = engine.build(frame(items + items[:40], 2), "email", key="near", swap=True, **options)
+    assert report.swapped
+    assert 970 <= int(client.execute_command("BF.CARD", "near")) <= 1000
+    assert all(Filter(client, "near").mexists(items))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -110,9 +111,15 @@ def test_the_command_line_builds_with_spark(bloom, tmp_path):
     items = [f"user{i}@x" if i % 10 else None for i in range(8000)]
     path = write_parquet(tmp_path / "u.parquet", items, 1000)
     args = ["--from-parquet", path, "--column", "email", "-e", "1%", "--swap", "--format", "json"]
-    spread = target.cli("rebuild", "spread", *args, "--engine", "spark", "--spark-master", "local[2]")
+    # a process of its own, without PYSPARK_PYTHON: the engine starts its own session
+    environ = {name: value for name, value in os.environ.items() if name != "PYSPARK_PYTHON"}
+    command = [sys.executable, "-m", "bloomctl", "--url", bloom.url, "rebuild", "spread", *args]
+    spread = subprocess.run(
+        [*command, "--engine", "spark", "--spark-master", "local[2]"], capture_output=True, text=True, env=environ
+    )
     one = target.cli("rebuild", "one", *args, "--build", "client")
-    assert spread.exit_code == 0 and one.exit_code == 0, spread.stderr
+    assert spread.returncode == 0 and one.exit_code == 0, spread.stderr
+    assert "building the bits on Spark (local[2])" in spread.stderr
     report = json.loads(spread.stdout)
     assert (report["items_read"], report["blank"]) == (7200, 800)
     assert target.dump("spread", header=False) == target.dump("one", header=False)

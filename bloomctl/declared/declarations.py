@@ -221,6 +221,7 @@ def rebuild_defaults() -> dict[str, Any]:
         "build": AUTO,
         "jobs": 1,
         "split_column": None,
+        **{name: None for name in ("engine", "scheduler", "spark_master", "spark_remote", "engine_slots")},
         "client_memory": DEFAULT_CLIENT_MEMORY,
         "batch_size": None,
         "max_rate": None,

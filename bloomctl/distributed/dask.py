@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from bloomctl.distributed.frame import FrameSource
-from bloomctl.errors import UsageError
+from bloomctl.distributed.frame import FrameSource, first_line, shown
+from bloomctl.errors import ConnectionFailed, SourceError, UsageError
 from bloomctl.rebuild.build.spec import BuildSpec, Part, merge_all
 from bloomctl.rebuild.options import Events, RebuildReport
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     import pyarrow as pa
 
 INSTALL_HINT = "Dask builds need dask[distributed]: pip install 'redis-bloomctl[dask]'"
+CONNECT_TIMEOUT = "10s"  # a scheduler that does not answer: one line, not a 30 s wait and a traceback
 
 
 def _modules() -> tuple[Any, Any]:
@@ -69,12 +70,10 @@ def read_parquet(path: str, **recipe: Any) -> FrameSource:
     """Parquet files read by the Dask workers (a local path, or any URL fsspec reads: s3://, gs://)."""
     _dask, dd = _modules()
     try:
-        frame = dd.read_parquet(path, dtype_backend="pyarrow")
-    except (OSError, ValueError) as exc:
-        from bloomctl.errors import SourceError
-
-        raise SourceError("cannot read %s: %s", path, str(exc).splitlines()[0]) from None
-    return frame_source(frame, description=f"Parquet {path} (read by Dask)", **recipe)
+        frame = dd.read_parquet(path, dtype_backend="pyarrow", split_row_groups=True)  # a partition a row group
+    except Exception as exc:  # no such path, not Parquet, a filesystem fsspec lacks
+        raise SourceError("cannot read %s: %s", shown(path), shown(first_line(exc))) from None
+    return frame_source(frame, description=f"Parquet {shown(path)} (read by Dask)", **recipe)
 
 
 def _table(frame: Any) -> pa.Table:
@@ -88,7 +87,7 @@ def _first(spec: BuildSpec, index: int, frame: Any) -> Part:
 
 
 def _next(spec: BuildSpec, index: int, part: Part, frame: Any) -> Part:
-    return spec.partial([_table(frame)], index, onto=part)
+    return spec.partial([_table(frame)], index, onto=part)  # index: the partition's, so each draws its own keys
 
 
 class DaskEngine:
@@ -104,14 +103,21 @@ class DaskEngine:
 
     @property
     def description(self) -> str:
-        return f"Dask ({self.scheduler})" if self.scheduler else "Dask"
+        return f"Dask ({shown(self.scheduler)})" if self.scheduler else "Dask"
 
     def _connect(self) -> None:
         """A client for ``scheduler``, made once (Dask's default from then on)."""
         if self.client is None and self.scheduler is not None:
-            from distributed import Client
-
-            self.client = Client(self.scheduler)
+            try:
+                from distributed import Client
+            except ImportError:
+                raise UsageError(INSTALL_HINT) from None
+            try:
+                self.client = Client(self.scheduler, timeout=CONNECT_TIMEOUT)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ConnectionFailed(
+                    "cannot reach the Dask scheduler %s: %s", shown(self.scheduler), shown(first_line(exc))
+                ) from None
 
     def _slots(self, client: Any, partitions: int) -> int:
         if self.slots is not None:
@@ -140,16 +146,21 @@ class DaskEngine:
         slots = self._slots(client, len(pieces))
         chains = []
         for slot in range(slots):
-            mine = pieces[slot::slots]
-            part = dask.delayed(_first)(spec, slot, mine[0])
-            for piece in mine[1:]:
-                part = dask.delayed(_next)(spec, slot, part, piece)
+            part = dask.delayed(_first)(spec, slot, pieces[slot])
+            for index in range(slot + slots, len(pieces), slots):
+                part = dask.delayed(_next)(spec, index, part, pieces[index])
             chains.append(part)
-        if client is not None:
-            parts = client.gather(client.compute(chains))
-        else:
-            parts = dask.compute(*chains)
-        return merge_all(parts)
+        if client is None:
+            return merge_all(dask.compute(*chains))
+        from distributed import as_completed
+
+        def arriving() -> Iterator[Part]:  # merged as they come: one part at a time here
+            for future in as_completed(client.compute(chains)):
+                part = future.result()
+                future.release()
+                yield part
+
+        return merge_all(arriving())
 
 
 def build(

@@ -9,12 +9,28 @@ columns, a null or empty value is blank.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from bloomctl.errors import UsageError
 from bloomctl.sources.arrow_items import formatter_for, render
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
+
+_PARAMETERS = re.compile(r"[;?&](token|password|secret|key|access_key|secret_key)=[^;&\s'\"]*", re.I)
+
+
+def shown(text: str) -> str:
+    """A URL, or a message that quotes one, as it may be shown: user and password removed from
+    every ``scheme://user:password@`` and the value of every secret parameter (Spark Connect's
+    ``;token=``, ``?password=``) replaced by ``***``."""
+    text = re.sub(r"(://)[^/@\s'\"]*@", r"\1***@", text)
+    return _PARAMETERS.sub(lambda m: m.group(0).split("=", 1)[0] + "=***", text)
+
+
+def first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 class FrameSource:

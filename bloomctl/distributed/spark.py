@@ -10,12 +10,13 @@ bloomctl with its ``fast`` extra installed; they never connect to Redis.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from bloomctl.distributed.frame import FrameSource
-from bloomctl.errors import SourceError, UsageError
-from bloomctl.rebuild.build.spec import BuildSpec, Part, arrow_batches, from_arrow
+from bloomctl.distributed.frame import FrameSource, first_line, shown
+from bloomctl.errors import ConnectionFailed, SourceError, UsageError
+from bloomctl.rebuild.build.spec import BuildSpec, Part, arrow_batches, merge_all, parts_of
 from bloomctl.rebuild.options import Events, RebuildReport
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
@@ -118,7 +119,7 @@ class SparkEngine:
     @property
     def description(self) -> str:
         where = self.remote or self.master
-        return f"Spark ({where})" if where else "Spark"
+        return f"Spark ({shown(where)})" if where else "Spark"
 
     def session(self) -> SparkSession:
         if self.spark is None:
@@ -133,15 +134,22 @@ class SparkEngine:
                     import sys
 
                     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # what pyspark's context reads
-            self.spark = builder.getOrCreate()
+            try:
+                self.spark = builder.getOrCreate()
+            except ImportError as exc:  # Spark Connect's grpcio, pandas
+                raise UsageError("%s (for Spark Connect: pip install 'pyspark[connect]')", str(exc)) from None
+            except Exception as exc:  # a master or remote that is wrong or does not answer
+                where = shown(self.remote or self.master or "local[*]")
+                raise ConnectionFailed("cannot start Spark on %s: %s", where, shown(first_line(exc))) from None
         return self.spark
 
     def read_parquet(self, path: str, **recipe: Any) -> FrameSource:
+        session = self.session()
         try:
-            frame = self.session().read.parquet(path)
+            frame = session.read.parquet(path)
         except Exception as exc:  # AnalysisException: no such path, not Parquet
-            raise SourceError("cannot read %s: %s", path, str(exc).splitlines()[0]) from None
-        return frame_source(frame, description=f"Parquet {path} (read by Spark)", **recipe)
+            raise SourceError("cannot read %s: %s", shown(path), shown(first_line(exc))) from None
+        return frame_source(frame, description=f"Parquet {shown(path)} (read by Spark)", **recipe)
 
     def _slots(self, frame: Any) -> int:
         if self.slots is not None:
@@ -155,10 +163,12 @@ class SparkEngine:
         if not isinstance(source, FrameSource) or not hasattr(source.frame, "mapInArrow"):
             raise UsageError("the Spark engine reads a Spark DataFrame")
         frame = source.frame.select(*source.columns).coalesce(self._slots(source.frame))
-        parts = frame.mapInArrow(_task(spec), PART_SCHEMA).toArrow()
-        if parts.num_rows == 0:  # no partition at all: an empty DataFrame
+        rows = frame.mapInArrow(_task(spec), PART_SCHEMA).toLocalIterator()  # a partition, a part, at a time
+        parts = parts_of((row.kind, row.member, row.offset, row.data, row.key) for row in rows)
+        first = next(parts, None)
+        if first is None:  # no partition: an empty DataFrame
             return spec.partial([])
-        return from_arrow(parts)
+        return merge_all(itertools.chain([first], parts))
 
 
 def build(

@@ -29,6 +29,8 @@ class Path:
 
 
 def _server(reason: str, settings: LoadSettings) -> Path:
+    if settings.engine is not None:
+        raise UnsupportedServer("cannot build with the engine: %s (rebuild without `engine`)", reason)
     if settings.build == "client":
         raise UnsupportedServer("cannot build in the client: %s (use `build` server)", reason)
     return Path("server", reason)
@@ -73,7 +75,9 @@ def _unsuitable(
         layouts = [scheme.read_layout(client, family.standby) for family in targets.families]
     except (scheme.Unsuitable, ValueError) as exc:
         return str(exc)
-    needed = client_build.memory_needed([layout.nbytes for layout in layouts], settings.jobs)
+    needed = client_build.memory_needed(
+        [layout.nbytes for layout in layouts], settings.jobs, engine=settings.engine is not None
+    )
     if needed > settings.client_memory:
         return (
             f"the build needs {needed:,} bytes of memory, more than the client memory limit {settings.client_memory:,}"

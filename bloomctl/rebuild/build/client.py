@@ -42,11 +42,13 @@ def scheme_for(backend: str) -> ModuleType:
     return SCHEMES[backend]
 
 
-def memory_needed(nbytes: Sequence[int], jobs: int = 1) -> int:
+def memory_needed(nbytes: Sequence[int], jobs: int = 1, *, engine: bool = False) -> int:
     """Peak client memory of a build: every member's bits (in every job too), one read-back copy
-    while merging, and the working memory of a batch (per job)."""
+    while merging, and the working memory of a batch (per job). An engine's build holds two more
+    copies of the whole filter on the driver: the parts merged so far, and the one arriving."""
     jobs_extra = (sum(nbytes) + BATCH_OVERHEAD) * (jobs if jobs > 1 else 0)
-    return sum(nbytes) + max(nbytes, default=0) + BATCH_OVERHEAD + jobs_extra
+    engine_extra = 2 * sum(nbytes) if engine else 0
+    return sum(nbytes) + max(nbytes, default=0) + BATCH_OVERHEAD + jobs_extra + engine_extra
 
 
 class Build:
@@ -129,7 +131,8 @@ class Build:
         With ``disjoint_items`` (each item went to one part: CSV's share by hash) the sum stands.
         Otherwise an item in two parts was counted by both, and an inflated count makes the server
         take a filter for full: where the sum passes the estimate from the bits by more than the
-        estimate's own noise (4 standard errors, and at least ``COUNT_TOLERANCE``), the member
+        estimate's own noise (4 standard errors, and at least ``COUNT_TOLERANCE``), or passes the
+        capacity where the estimate does not, the member
         records what the server would have counted adding that many distinct items (the estimate
         less its false positives), never less than its largest part's count; ``warn`` is told of
         each count replaced, before any capacity check can stop the build."""
@@ -138,7 +141,12 @@ class Build:
                 break  # the sums stand: no need to count the bits
             layout = self.layouts[index]
             estimate, error = estimated_items(array.data, layout.bits, layout.hashes)
-            if array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
+            over = array.count > estimate + max(COUNT_TOLERANCE * estimate, 4 * error)
+            # A sum past the capacity that the bits put within it: repeats must not fill the filter.
+            # (Distinct items just past the capacity may pass as the estimate's noise allows: about
+            # 1% at a few thousand items, far less at millions; the error rate is then barely above plan.)
+            full = array.count > layout.capacity >= estimate
+            if over or full:
                 counted = round(counted_by_the_server(estimate, layout.bits, layout.hashes))
                 settled = max(counted, max(counts[index] for counts in part_counts))
                 warn(

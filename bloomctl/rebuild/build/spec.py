@@ -51,8 +51,38 @@ def merge(a: Part, b: Part) -> Part:
     as if one reservoir had seen both). Neither input is changed."""
     import numpy as np
 
+    _check_same(a, b)
+    return _joined(a, b, [np.bitwise_or(x, y) for x, y in zip(a.datas, b.datas, strict=True)])
+
+
+def merge_all(parts: Iterable[Part]) -> Part:
+    """Every part merged, left to right, into the first one's arrays (the parts are the caller's
+    to give up): memory for the merged part and the one arriving, no third copy."""
+    import numpy as np
+
+    merged: Part | None = None
+    for part in parts:
+        if merged is None:
+            merged = part
+            continue
+        _check_same(merged, part)
+        for mine, theirs in zip(merged.datas, part.datas, strict=True):
+            np.bitwise_or(mine, theirs, out=mine)
+        merged = _joined(merged, part, merged.datas)
+    if merged is None:
+        raise ValueError("no part to merge")
+    return merged
+
+
+def _check_same(a: Part, b: Part) -> None:
     if len(a.datas) != len(b.datas) or any(x.shape != y.shape for x, y in zip(a.datas, b.datas, strict=True)):
         raise ValueError("parts of different filters cannot be merged")
+
+
+def _joined(a: Part, b: Part, datas: list[Any]) -> Part:
+    """``datas`` (the two parts' bits ORed) with both parts' counts, statistics and samples."""
+    import numpy as np
+
     size = max(a.sample_size, b.sample_size)
     keys = np.concatenate([a.sample_keys, b.sample_keys])
     pool = a.sample + b.sample
@@ -60,7 +90,7 @@ def merge(a: Part, b: Part) -> Part:
         keep = np.argpartition(keys, size - 1)[:size] if size else np.empty(0, dtype=np.int64)
         keys, pool = keys[keep], [pool[i] for i in keep.tolist()]
     return Part(
-        [np.bitwise_or(x, y) for x, y in zip(a.datas, b.datas, strict=True)],
+        datas,
         [x + y for x, y in zip(a.counts, b.counts, strict=True)],
         [max(x, y) for x, y in zip(a.largest, b.largest, strict=True)],
         merge_stats([a.stats, b.stats], shared_parse=False),
@@ -68,16 +98,6 @@ def merge(a: Part, b: Part) -> Part:
         pool,
         size,
     )
-
-
-def merge_all(parts: Iterable[Part]) -> Part:
-    """Every part merged, left to right (one merge at a time: memory for two parts and their OR)."""
-    merged: Part | None = None
-    for part in parts:
-        merged = part if merged is None else merge(merged, part)
-    if merged is None:
-        raise ValueError("no part to merge")
-    return merged
 
 
 @dataclass(frozen=True)
@@ -251,50 +271,48 @@ def arrow_batches(part: Part, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pa.Rec
 
 def from_arrow(table: Any) -> Part:
     """The part an Arrow table holds (``to_arrow``'s, or the rows of several parts' tables: those
-    are merged). Checks that every byte of every member arrived exactly once per part."""
-    parts = _split(table)
-    return merge_all(parts)
+    are merged). Checks that the chunks of every member tile it exactly once per part."""
+    rows = zip(
+        table.column("kind").to_pylist(),
+        table.column("member").to_pylist(),
+        table.column("offset").to_pylist(),
+        (value.as_buffer() for value in table.column("data")),
+        table.column("key").to_pylist(),
+        strict=True,
+    )
+    return merge_all(parts_of(rows))
 
 
-def _split(table: Any) -> list[Part]:
-    """The parts in a table: each begins at a ``counts`` row, after its bits rows."""
+def parts_of(rows: Iterable[tuple[str, int, int, Any, Any]]) -> Iterator[Part]:
+    """The parts in a stream of rows (kind, member, offset, data, key), each as soon as its last
+    row has gone by: its bits rows, then its counts row, then its sample rows."""
     import numpy as np
 
-    kinds = table.column("kind").to_pylist()
-    members = table.column("member").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    datas = table.column("data")
-    keys = table.column("key").to_pylist()
-    parts: list[Part] = []
     bits: list[tuple[int, int, Any]] = []
-    pending: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
     sample: list[bytes] = []
-    sample_keys: list[float] = []
-
-    def close() -> None:
-        if pending is None:
-            if bits or sample:
-                raise ValueError("a part's rows arrived without its counts row")
-            return
-        parts.append(_assemble(pending, bits, sample_keys, sample, np))
-
-    for row, kind in enumerate(kinds):
+    keys: list[float] = []
+    for kind, member, offset, data, key in rows:
         if kind not in _KINDS:
             raise ValueError(f"a part's row has the unknown kind {kind!r}")
         if kind == "bits":
-            if pending is not None:  # the next part begins
-                close()
-                pending, bits, sample, sample_keys = None, [], [], []
-            bits.append((members[row], offsets[row], datas[row].as_buffer()))
+            if meta is not None:  # the next part begins
+                yield _assemble(meta, bits, keys, sample, np)
+                meta, bits, sample, keys = None, [], [], []
+            bits.append((member, offset, data))
         elif kind == "counts":
-            if pending is not None:
+            if meta is not None:
                 raise ValueError("a part has two counts rows")
-            pending = json.loads(datas[row].as_py())
+            meta = json.loads(bytes(data))
         else:
-            sample.append(datas[row].as_py())
-            sample_keys.append(keys[row])
-    close()
-    return parts
+            if meta is None:
+                raise ValueError("a part's sample arrived before its counts row")
+            sample.append(bytes(data))
+            keys.append(key)
+    if meta is not None:
+        yield _assemble(meta, bits, keys, sample, np)
+    elif bits:
+        raise ValueError("a part's rows arrived without its counts row")
 
 
 def _assemble(
@@ -302,14 +320,21 @@ def _assemble(
 ) -> Part:
     sizes = meta["sizes"]
     arrays = [np.zeros(size, dtype=np.uint8) for size in sizes]
-    covered = [0] * len(sizes)
-    for member, offset, buffer in bits:
-        if not 0 <= member < len(sizes) or offset < 0 or offset + buffer.size > sizes[member]:
+    chunks: list[list[tuple[int, int]]] = [[] for _ in sizes]
+    for member, offset, data in bits:
+        view = np.frombuffer(data, dtype=np.uint8)
+        if not 0 <= member < len(sizes) or offset < 0 or offset + view.size > sizes[member]:
             raise ValueError("a part's bits fall outside its filter")
-        arrays[member][offset : offset + buffer.size] = np.frombuffer(buffer, dtype=np.uint8)
-        covered[member] += buffer.size
-    if covered != sizes:
-        raise ValueError(f"a part's bits are incomplete: {covered} of {sizes} bytes")
+        arrays[member][offset : offset + view.size] = view
+        chunks[member].append((offset, offset + view.size))
+    for member, size in enumerate(sizes):  # every byte once: the chunks tile the member, end to end
+        end = 0
+        for begin, stop in sorted(chunks[member]):
+            if begin != end:
+                raise ValueError(f"a part's bits are incomplete or doubled at byte {begin:,} of member {member}")
+            end = stop
+        if end != size:
+            raise ValueError(f"a part's bits are incomplete: member {member} ends at byte {end:,} of {size:,}")
     stats = meta["stats"]
     return Part(
         arrays,
