@@ -478,3 +478,33 @@ def test_repeats_that_push_the_sum_past_the_capacity_do_not_fill_the_filter(bloo
     assert report.swapped
     assert 970 <= int(client.execute_command("BF.CARD", "near")) <= 1000
     assert all(Filter(client, "near").mexists(items))
+
+
+def test_engine_urls_never_show_their_secrets():
+    """Where an engine runs and what it reads are shown in the log and in errors: never a user's
+    password or a Spark Connect token."""
+    from bloomctl.distributed import open_engine
+    from bloomctl.distributed.frame import shown
+
+    remote = open_engine("spark", spark_remote="sc://connect:15002/;token=S3CRET;user_id=me")
+    master = open_engine("spark", spark_master="k8s://https://admin:pa55@api:6443")
+    scheduler = open_engine("dask", scheduler="tls://user:pa55@scheduler:8786")
+    for engine in (remote, master, scheduler):
+        assert "S3CRET" not in engine.description and "pa55" not in engine.description
+    assert remote.description == "Spark (sc://connect:15002/;token=***;user_id=me)"
+    assert scheduler.description == "Dask (tls://***@scheduler:8786)"
+    message = shown("cannot read s3://AKIA:wJalr@bucket/users/?password=hunter2&region=eu: 'x'")
+    assert message == "cannot read s3://***@bucket/users/?password=***&region=eu: 'x'"
+
+
+def test_an_unreachable_scheduler_is_one_line(bloom, tmp_path):
+    """A scheduler that does not answer: exit 3 and one line naming it, no traceback, nothing written."""
+    pytest.importorskip("distributed")
+    path = write_parquet(tmp_path / "u.parquet", ["a@x", "b@x"])
+    command = [sys.executable, "-m", "bloomctl", "--url", bloom.url, "rebuild", "unreached", "--from-parquet", path]
+    command += ["--column", "email", "-c", "100", "-e", "1%", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert lines and "cannot reach the Dask scheduler tcp://127.0.0.1:9" in lines[0]
+    assert "Traceback" not in result.stderr
