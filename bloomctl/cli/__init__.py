@@ -27,7 +27,8 @@ from bloomctl.defaults import (
 )
 from bloomctl.errors import BloomctlError, ExitCode, Terminated, classify
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+# Help is --help only: -h is the host everywhere, as in redis-cli (`bloomctl -h` alone is help: it runs nothing).
+CONTEXT_SETTINGS = {"help_option_names": ["--help"], "max_content_width": 100}
 
 
 def _output(ctx: click.Context | None) -> Output:
@@ -125,8 +126,16 @@ class BloomctlGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
         given = sys.argv[1:] if args is None else list(args)
-        if given and given[-1] == "-h":  # -h last: help (given a value, -h is the host, as in redis-cli)
-            args = [*given[:-1], "--help"]
+        process_main = _is_process_main(args)
+        if given and given[-1] == "-h" and _command_at(self, given[:-1]) is None:
+            args = [*given[:-1], "--help"]  # `bloomctl -h` without a command runs nothing: help, as expected
+        elif given and given[-1] == "-h":  # a command with -h last: a host left out, never help
+            _raw_output(None, given).error(
+                "-h is the server's host, as in redis-cli: give it a value (help is --help)", ExitCode.USAGE
+            )
+            sys.exit(ExitCode.USAGE)
+        else:
+            args = global_options_first(self, given)
         lock = sys.modules.get("bloomctl.lifecycle.lock")  # (not imported at start-up: a run that locks loads it)
         if lock is not None:
             lock.TAKEN[0] = False  # this invocation's own: what its message after a signal may say
@@ -158,9 +167,86 @@ class BloomctlGroup(click.Group):
         finally:
             _restore_signals(previous)
         code = code if isinstance(code, int) else ExitCode.OK
-        if _stopping[0] and _is_process_main(args):
+        if _stopping[0] and process_main:
             _exit_now(code)
         sys.exit(code)
+
+
+def global_options_first(group: click.Group, args: list[str]) -> list[str]:
+    """``args`` with the global options given after the command moved before it (`bloomctl info
+    users --url URL`, `fill-ratio users -h HOST`), as kubectl and redis-cli take them anywhere.
+    An option the command (or one of its subcommands) defines itself stays the command's."""
+    known = _options(group.params)
+    index = _command_at(group, args)
+    if index is None:
+        return args
+    command = group.commands[args[index]]
+    own = _options(_all_params(command))
+    moved: list[str] = []
+    kept: list[str] = []
+    rest = index + 1
+    while rest < len(args):
+        word = args[rest]
+        if word == "--":
+            kept += args[rest:]
+            break
+        taken = _taken(args, rest, own) or 0
+        if taken:  # the command's own option (and its value, which may look like an option)
+            kept += args[rest : rest + taken]
+        elif taken := _taken(args, rest, known):
+            moved += args[rest : rest + taken]
+        else:
+            kept.append(word)
+            taken = 1
+        rest += taken
+    return [*args[:index], *moved, args[index], *kept]
+
+
+def _command_at(group: click.Group, args: list[str]) -> int | None:
+    """Where the command's name stands in ``args`` (after the global options), or None."""
+    known = _options(group.params)
+    index = 0
+    while index < len(args) and args[index].startswith("-") and args[index] != "--":
+        taken = _taken(args, index, known)
+        if taken == 0:  # an unknown option before the command: Click says so
+            return None
+        index += taken
+    if index >= len(args) or args[index] not in group.commands:
+        return None
+    return index
+
+
+def _all_params(command: click.Command) -> list[click.Parameter]:
+    params = list(command.params)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            params += _all_params(sub)
+    return params
+
+
+def _options(params: list[click.Parameter]) -> dict[str, bool]:
+    """Each option's names, and whether it takes a value."""
+    names: dict[str, bool] = {}
+    for param in params:
+        if isinstance(param, click.Option):
+            takes = not (param.is_flag or param.count)
+            for name in (*param.opts, *param.secondary_opts):
+                names[name] = takes
+    return names
+
+
+def _taken(args: list[str], at: int, options: dict[str, bool]) -> int:
+    """How many words the option at ``args[at]`` takes (itself and its value), or 0 when it is
+    none of ``options``: ``--url=U``, ``--url U``, ``-hHOST``, ``-h HOST``, ``--quiet``."""
+    word = args[at]
+    if not word.startswith("-") or word == "-":
+        return 0
+    name = word.split("=", 1)[0] if word.startswith("--") else word
+    if name in options:
+        return 2 if options[name] and "=" not in word and at + 1 < len(args) else 1
+    if not word.startswith("--") and options.get(word[:2]) is True:  # -hHOST
+        return 1
+    return 0
 
 
 def _is_process_main(args: Sequence[str] | None) -> bool:

@@ -1,0 +1,77 @@
+"""Operator habits (issue 23): what an SRE who knows redis-cli and kubectl types does what they
+expect. `-h` is the host everywhere (help is --help), and global options work after the command."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_h_after_the_command_is_the_host_never_help(cli, plain):
+    """`bloomctl fill-ratio users -h HOST` printed the usage and exited 0: a CI check pointed at
+    production passed without looking. Now -h is the host wherever it stands."""
+    from bloomctl.server.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    client.delete("users")
+    cli("reserve", "users", "-c", "1000", "-e", "1%", url=plain.url)
+    nowhere = "redis://127.0.0.1:1/0"
+    there = cli("fill-ratio", "users", "-h", "127.0.0.1", "-p", str(plain.port), "--format", "json", url=nowhere)
+    assert there.exit_code == 0, there.stderr
+    assert json.loads(there.stdout)["filters"][0]["key"] == "users"
+    glued = cli("fill-ratio", "users", "-h127.0.0.1", "-p", str(plain.port), url=nowhere)
+    assert glued.exit_code == 0, glued.stderr
+    unreachable = cli("fill-ratio", "users", "-h", "no-such-host.invalid", "--connect-timeout", "2", url=plain.url)
+    assert unreachable.exit_code == 3 and "usage" not in unreachable.stdout.lower(), unreachable.stdout
+    left_out = cli("fill-ratio", "users", "-h", url=plain.url)
+    assert left_out.exit_code == 2 and "-h is the server's host" in left_out.stderr and left_out.stdout == ""
+    assert cli("fill-ratio", "--help").exit_code == 0
+    alone = cli("-h")
+    assert alone.exit_code == 0 and "--host" in alone.stdout
+
+
+def test_global_options_work_after_the_command(cli, plain):
+    """`bloomctl info users --url URL` said "No such option '--url'", and `fill-ratio ...
+    --log-format json` exited 2 while `rebuild` took it: global options now go anywhere, and an
+    option a command defines itself stays the command's."""
+    from bloomctl.server.connection import connect, settings_from
+
+    client = connect(settings_from(plain.url))
+    client.delete("orders")
+    cli("reserve", "orders", "-c", "1000", "-e", "1%", url=plain.url)
+    wrong = "redis://127.0.0.1:1/0"
+    after = cli("info", "orders", "--format", "json", "--url", plain.url, url=wrong)
+    assert after.exit_code == 0 and json.loads(after.stdout)["key"] == "orders", after.stderr
+    equals = cli("info", "orders", f"--url={plain.url}", "--log-format", "json", "-q", url=wrong)
+    assert equals.exit_code == 0, equals.stderr
+    missing = cli("info", "nope", "--log-format", "json", url=plain.url)
+    assert missing.exit_code == 5 and json.loads(missing.stderr.splitlines()[-1])["exit_code"] == 5
+    nested = cli("window", "info", "nope", "--url", plain.url, url=wrong)
+    assert nested.exit_code != 3, nested.stderr  # reached the server given after the command
+    dashdash = cli("info", "--", "--url", url=plain.url)  # after --, a key named --url
+    assert dashdash.exit_code == 5 and "'--url'" in dashdash.stderr, dashdash.stderr
+
+
+def test_moving_global_options_keeps_the_commands_own_words():
+    """The reordering itself: values that look like options stay with their option, `--` ends it,
+    and an option the command defines (rebuild's --quiet) is left to the command."""
+    from bloomctl.cli import global_options_first, main
+
+    assert global_options_first(main, ["info", "users", "--url", "U", "-q"]) == ["--url", "U", "-q", "info", "users"]
+    assert global_options_first(main, ["rebuild", "k", "--column", "-h", "-h", "H"]) == [
+        "-h",
+        "H",
+        "rebuild",
+        "k",
+        "--column",
+        "-h",
+    ]
+    assert global_options_first(main, ["rebuild", "k", "-q", "--log-format", "json"]) == [
+        "rebuild",
+        "k",
+        "-q",
+        "--log-format",
+        "json",
+    ]
+    assert global_options_first(main, ["info", "--", "-h", "x"]) == ["info", "--", "-h", "x"]
+    assert global_options_first(main, ["--bogus", "info", "-h", "x"]) == ["--bogus", "info", "-h", "x"]
+    assert global_options_first(main, ["window", "rotate", "d", "-hH"]) == ["-hH", "window", "rotate", "d"]
