@@ -58,7 +58,8 @@ def copy_batches(
     from psycopg import pq
 
     # Only the item's column travels: no splitting here, and fewer bytes from the server.
-    from bloomctl.sources.adbc import libpq_uri, positional
+    from bloomctl.sources.adbc import positional
+    from bloomctl.sources.urls import libpq_uri
 
     select = f"SELECT c{index} FROM ({query}) AS {positional(width)}"  # by position: names may repeat
     conninfo = libpq_uri(engine.url)

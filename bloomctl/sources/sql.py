@@ -2,23 +2,31 @@
 
 Rows stream through a server-side cursor (PostgreSQL text and integer columns through COPY, see
 ``pgcopy``); the query can be narrowed to the rows changed since a moment, for the rebuild's
-catch-up. Driver errors become one line without the password.
+catch-up. Where ADBC serves a PostgreSQL URL, everything (columns, count, clock, rows, the
+narrowed queries) goes through it and SQLAlchemy is never imported. Driver errors become one
+line without the password.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bloomctl.errors import SourceError, UsageError
-from bloomctl.server.connection import redact_url
 from bloomctl.sources import adbc, pgcopy
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, cancellable, dbapi_cancel, item_list
+from bloomctl.sources.urls import parse_db_url, redact_db_url, secrets_of
 
-if TYPE_CHECKING:  # pragma: no cover - annotations only: SQLAlchemy loads when the source is read
+if TYPE_CHECKING:  # pragma: no cover - annotations only: SQLAlchemy and ADBC load when the source is read
+    from adbc_driver_manager.dbapi import Connection as AdbcConnection
     from sqlalchemy.engine import Connection, Engine
+
+T = TypeVar("T")
+
+# a URL inside a driver's message (libpq quotes the whole URI it could not parse, password and all)
+_URL_IN_MESSAGE = re.compile(r"[A-Za-z][\w+.-]*://[^\s\"']*")
 
 DRIVER_HINTS = {
     "postgresql": ("postgresql+psycopg", "psycopg", "pip install '.[postgresql]' in bloomctl's checkout"),
@@ -68,10 +76,15 @@ class SqlSource:
         self.stats = SourceStats()
         self._engine: Engine | None = None
         self.rewindable = True
+        # The query as ADBC runs it: a narrowing's moment is written into it as a literal (a bound
+        # parameter would make the driver hold the whole result in memory). None while bound
+        # parameters only SQLAlchemy's drivers send remain.
+        self._adbc_query: str | None = None if self.params else self.query
+        self._adbc_connections: adbc.Connections | None = None
 
     @property
     def description(self) -> str:
-        return f"SQL at {redact_url(self.url)}"
+        return f"SQL at {redact_db_url(self.url)}"
 
     @property
     def engine(self) -> Engine:
@@ -87,41 +100,77 @@ class SqlSource:
                 hint = DRIVER_HINTS.get(scheme, ("", "", "install the database driver"))[2]
                 raise UsageError("the driver for %s is not installed (%s): %s", scheme, exc.name, hint) from None
             except Exception as exc:  # ArgumentError and friends: an unparsable URL
-                raise UsageError("invalid `db_url` %s: %s", redact_url(self.url), self._scrub(exc)) from None
+                raise UsageError("invalid `db_url` %s: %s", redact_db_url(self.url), self._unparsable(exc)) from None
         return self._engine
 
+    def _unparsable(self, exc: BaseException) -> str:
+        """Why SQLAlchemy refused the URL. Its parser's own words can quote a part of the URL (the
+        "port" of ``user:secret`` without ``@``): where the URL does not parse, ours, which never do."""
+        try:
+            parse_db_url(self.url)
+        except ValueError as own:
+            return str(own)
+        return self._scrub(exc)
+
     def _scrub(self, exc: BaseException) -> str:
-        """The first line of a driver's message without the password, as typed or percent-encoded."""
+        """The first line of a driver's message without any URL in it, nor any text of the URL that
+        may be a password (``secrets_of``), as typed or percent-encoded."""
         from urllib.parse import quote, quote_plus
 
-        text = str(exc).split("\n")[0]
-        try:
-            from sqlalchemy.engine import make_url
-
-            password = make_url(self.url).password
-        except Exception:
-            password = None
-        if password:
-            forms = {
-                password,
-                quote(password, safe=""),
-                quote_plus(password),
-                quote(password),
-                quote(password, safe=" +"),
-            }
-            for form in sorted(forms, key=len, reverse=True):  # SQLAlchemy's own rendering among them
-                text = text.replace(form, "***")
+        text = _URL_IN_MESSAGE.sub("<URL>", str(exc).split("\n")[0])
+        forms = {
+            form
+            for secret in secrets_of(self.url)
+            for form in (secret, quote(secret, safe=""), quote_plus(secret), quote(secret), quote(secret, safe=" +"))
+        }
+        for form in sorted(forms, key=len, reverse=True):  # SQLAlchemy's own rendering among them
+            text = text.replace(form, "***")
         return text
 
     def _error(self, exc: BaseException, what: str) -> SourceError:
-        return SourceError("%s failed at %s: %s", what, redact_url(self.url), self._scrub(exc))
+        return SourceError("%s failed at %s: %s", what, redact_db_url(self.url), self._scrub(exc))
 
-    def _scalar(self, sql: str, **params: Any) -> Any:
+    def _adbc(self) -> tuple[str, str] | None:
+        """The libpq URI and the query when ADBC serves this source: PostgreSQL through one of
+        SQLAlchemy's drivers for it, no bound parameters, ADBC installed. Decided on the URL as
+        SQLAlchemy reads it, without SQLAlchemy."""
+        if self._adbc_query is None:
+            return None
+        try:
+            url = parse_db_url(self.url)
+            uri = adbc.uri_of(url)
+        except ValueError:
+            return None  # SQLAlchemy's path says what is wrong with it
+        if url.driver not in adbc.DRIVERS or not adbc.available(url.dialect, {}):
+            return None
+        return uri, self._adbc_query
+
+    def _connections(self, uri: str) -> adbc.Connections:
+        if self._adbc_connections is None:
+            self._adbc_connections = adbc.Connections(uri)
+        return self._adbc_connections
+
+    def _through_adbc(self, uri: str, work: Callable[[AdbcConnection], T]) -> T:
+        """``work`` on an ADBC connection, the driver's errors worded as the cursor path words them."""
+        try:
+            with self._connections(uri).connection() as connection:
+                return work(connection)
+        except (UsageError, SourceError):
+            raise
+        except Exception as exc:
+            raise self._error(exc, "the query") from None
+
+    def _scalar(self, template: str) -> Any:
+        """The first value of ``template`` with this source's query as its ``{query}``."""
+        served = self._adbc()
+        if served is not None:
+            sql = template.format(query=served[1])
+            return self._through_adbc(served[0], lambda connection: adbc.scalar(connection, sql))
         from sqlalchemy import text
 
         try:
             with self.engine.connect() as conn:
-                return conn.execute(text(sql), params).scalar()
+                return conn.execute(text(template.format(query=self.query)), {}).scalar()
         except UsageError:
             raise
         except Exception as exc:
@@ -129,13 +178,21 @@ class SqlSource:
 
     def preflight(self) -> None:
         """Connect, and check the query's columns against the column or template before anything is written."""
+        columns = "SELECT * FROM ({query}) AS bloomctl_cols WHERE 1 = 0"
+        served = self._adbc()
+        if served is not None:
+            sql = columns.format(query=served[1])
+            names, kinds = self._through_adbc(served[0], lambda connection: adbc.schema_of(connection, sql))
+            fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+            if not adbc.exact(fmt, kinds):  # psycopg's paths read these columns: their driver must load now
+                self._engine = self.engine
+            self.selected = names
+            return
         from sqlalchemy import text
 
         try:
             with self.engine.connect() as conn:
-                names = list(
-                    conn.execute(text(f"SELECT * FROM ({self.query}) AS bloomctl_cols WHERE 1 = 0"), self.params).keys()
-                )
+                names = list(conn.execute(text(columns.format(query=self.query)), self.params).keys())
         except (UsageError, SourceError):
             raise
         except Exception as exc:
@@ -156,7 +213,7 @@ class SqlSource:
             )
 
     def count(self) -> int:
-        return int(self._scalar(f"SELECT COUNT(*) FROM ({self.query}) AS bloomctl_count"))
+        return int(self._scalar("SELECT COUNT(*) FROM ({query}) AS bloomctl_count"))
 
     def now(self) -> datetime:
         """The database's clock: catch-up compares against it, not against this machine's."""
@@ -193,21 +250,26 @@ class SqlSource:
         integer = {"mysql": "SIGNED", "mariadb": "SIGNED", "sqlite": "INTEGER"}.get(scheme, "BIGINT")
         whole = f"CAST({column} AS {integer})"
         condition = f"ABS({whole} % {parts}) = {index}" + (f" OR {column} IS NULL" if index == 0 else "")
-        return self._where(condition, self.params)
+        return self._where(condition, self.params, condition)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_engine"] = None  # engines do not cross processes: each part makes its own
+        state["_engine"] = None  # engines and connections do not cross processes: each part makes its own
+        state["_adbc_connections"] = None
         return state
 
     def _narrowed(self, column: str, operator: str, moment: Any) -> SqlSource:
-        narrowed = self._where(f"{self.check_column_name(column)} {operator} :moment", {"moment": moment})
-        narrowed._engine = self._engine
+        column = self.check_column_name(column)
+        literal = adbc.literal(moment)
+        adbc_condition = None if literal is None else f"{column} {operator} {literal}"
+        narrowed = self._where(f"{column} {operator} :moment", {"moment": moment}, adbc_condition)
+        narrowed._engine, narrowed._adbc_connections = self._engine, self._adbc_connections
         return narrowed
 
-    def _where(self, condition: str, params: dict[str, Any] | None) -> SqlSource:
-        """The same recipe over the query's rows that meet ``condition``."""
-        return SqlSource(
+    def _where(self, condition: str, params: dict[str, Any] | None, adbc_condition: str | None) -> SqlSource:
+        """The same recipe over the query's rows that meet ``condition`` (``adbc_condition`` as
+        ADBC runs it, without bound parameters; None: ADBC cannot)."""
+        narrowed = SqlSource(
             self.url,
             f"SELECT * FROM ({self.query}) AS bloomctl_src WHERE {condition}",
             column=self.column,
@@ -215,6 +277,11 @@ class SqlSource:
             prefix=self.prefix,
             params=params,
         )
+        if self._adbc_query is None or adbc_condition is None:
+            narrowed._adbc_query = None
+        else:
+            narrowed._adbc_query = f"SELECT * FROM ({self._adbc_query}) AS bloomctl_src WHERE {adbc_condition}"
+        return narrowed
 
     def batches(self, size: int) -> Iterator[list[bytes]]:
         for batch in self.fast_batches(size):
@@ -225,18 +292,9 @@ class SqlSource:
         cursor path does; else psycopg's COPY (text and integer columns) or the cursor."""
         self.stats = SourceStats()
         try:
-            if adbc.available(self.engine.dialect.name, self.params):
-                connection = adbc.connect(adbc.uri_of(self.engine.url))
-                try:
-                    names, kinds = adbc.column_types(connection, self.query)
-                    fmt = ItemFormatter(names, self.column, self.template, self.prefix)
-                    if adbc.exact(fmt, kinds):
-                        for items in adbc.batches(connection, self.query, names, fmt, self.stats):
-                            for start in range(0, len(items), size):
-                                yield items.slice(start, size)
-                        return
-                finally:
-                    connection.close()
+            served = self._adbc()
+            if served is not None and (yield from self._adbc_batches(*served, size)):
+                return
             fast = (
                 pgcopy.copy_column(self.engine, self.query, self.column, self.prefix) if self._copy_possible() else None
             )
@@ -248,6 +306,19 @@ class SqlSource:
             raise
         except Exception as exc:  # the driver's errors, one line each and without the password
             raise self._error(exc, "the query") from None
+
+    def _adbc_batches(self, uri: str, query: str, size: int) -> Generator[Batch, None, bool]:
+        """The items through ADBC; False, having read none, where a column the recipe uses has a
+        type ADBC does not render as the cursor path does."""
+        with self._connections(uri).connection() as connection:
+            names, kinds = adbc.column_types(connection, query)
+            fmt = ItemFormatter(names, self.column, self.template, self.prefix)
+            if not adbc.exact(fmt, kinds):
+                return False
+            for items in adbc.batches(connection, query, names, fmt, self.stats):
+                for start in range(0, len(items), size):
+                    yield items.slice(start, size)
+        return True
 
     def _copy_possible(self) -> bool:
         """PostgreSQL through psycopg, without bound parameters: COPY ... TO STDOUT is 2x faster."""
