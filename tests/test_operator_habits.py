@@ -75,3 +75,27 @@ def test_moving_global_options_keeps_the_commands_own_words():
     assert global_options_first(main, ["info", "--", "-h", "x"]) == ["info", "--", "-h", "x"]
     assert global_options_first(main, ["--bogus", "info", "-h", "x"]) == ["--bogus", "info", "-h", "x"]
     assert global_options_first(main, ["window", "rotate", "d", "-hH"]) == ["-hH", "window", "rotate", "d"]
+
+
+def test_o_makes_its_directories_and_refuses_a_format_name(cli, plain, tmp_path, monkeypatch):
+    """(item 6) `check -o json` wrote a file named json, and `-o reports/x.xml` exited 2 when
+    reports/ did not exist (a fresh CI checkout). Now the directories are made, and a format's
+    name is refused with the hint, before anything runs."""
+    from bloomctl.server.connection import connect, settings_from
+
+    connect(settings_from(plain.url)).delete("kept")
+    cli("reserve", "kept", "-c", "1000", "-e", "1%", url=plain.url)
+    monkeypatch.chdir(tmp_path)
+    nested = cli("fill-ratio", "kept", "--format", "json", "-o", "reports/nightly/fill.json", url=plain.url)
+    assert nested.exit_code == 0, nested.stderr
+    assert json.loads((tmp_path / "reports" / "nightly" / "fill.json").read_text())["filters"][0]["key"] == "kept"
+    for command in (["fill-ratio", "kept"], ["check"]):
+        refused = cli(*command, "-o", "json", url=plain.url)
+        assert refused.exit_code == 2, refused.stderr
+        assert "did you mean --format json?" in refused.stderr
+        assert not (tmp_path / "json").exists()
+    explicit = cli("fill-ratio", "kept", "-o", "./json", url=plain.url)
+    assert explicit.exit_code == 0 and (tmp_path / "json").is_file()
+    (tmp_path / "afile").write_text("x")
+    blocked = cli("fill-ratio", "kept", "-o", "afile/out.txt", url=plain.url)
+    assert blocked.exit_code == 2 and "afile" in blocked.stderr

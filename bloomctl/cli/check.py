@@ -9,17 +9,19 @@ from bloomctl.cli.options import format_option
 from bloomctl.cli.output import current
 from bloomctl.errors import ExitCode
 
+CHECK_FORMATS = ("text", "json", "junit", "github")
+
 
 @click.command("check")
 @click.argument("names", nargs=-1)
-@format_option("text", "json", "junit", "github")
+@format_option(*CHECK_FORMATS)
 @click.option(
     "--output",
     "-o",
     "output_file",
     metavar="FILE",
-    help="Write the report to FILE (renamed into place: never half written) instead of stdout; a JUnit "
-    "report for the CI to show, say.",
+    help="Write the report to FILE (renamed into place: never half written; missing directories made) "
+    "instead of stdout; a JUnit report for the CI to show, say. The format is --format's.",
 )
 @click.option(
     "--no-server-checks", is_flag=True, help="Leave out the server's own checks (persistence, eviction, memory)."
@@ -49,11 +51,11 @@ def check_command(
     """
     from bloomctl.declared.check import render, run
 
-    config = app.config
     if output_file:
         from bloomctl.cli.metrics import check_writable
 
-        check_writable(output_file, "--output")
+        check_writable(output_file, "--output", CHECK_FORMATS, make_dirs=True)
+    config = app.config
     report = run(config, app.connect_profile, list(names), server_checks=not no_server_checks)
     text = render(report, output_format)
     if output_file:

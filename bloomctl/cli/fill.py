@@ -108,6 +108,9 @@ def text_line(r: FillReport) -> str:
     return " ".join(parts)
 
 
+FILL_FORMATS = ("text", "json", "prometheus")
+
+
 @click.command("fill-ratio")
 @click.argument("keys", nargs=-1, required=True)
 @click.option(
@@ -133,15 +136,16 @@ def text_line(r: FillReport) -> str:
     help="Also fail when the estimated false-positive rate is above this.",
 )
 @click.option("--exact", is_flag=True, help="Stream BF.SCANDUMP and popcount: true bit fill and FPR per sub-filter.")
-@format_option("text", "json", "prometheus")
+@format_option(*FILL_FORMATS)
 @click.option(
     "--output",
     "-o",
     "output_file",
     metavar="FILE",
     default=None,
-    help="Write the result to FILE (a temporary file renamed over it: never half written) instead of stdout; "
-    "with --format prometheus it also gets the exit code and the last success time.",
+    help="Write the result to FILE (a temporary file renamed over it: never half written; missing "
+    "directories made) instead of stdout; with --format prometheus it also gets the exit code and the "
+    "last success time. The format is --format's.",
 )
 @click.pass_obj
 def fill_ratio_command(
@@ -178,7 +182,7 @@ def fill_ratio_command(
     if output_file:
         from bloomctl.cli.metrics import check_writable
 
-        check_writable(output_file, "--output")
+        check_writable(output_file, "--output", FILL_FORMATS, make_dirs=True)
     try:
         reports = fill_ratio(app.client, list(keys), limits, exact=exact)
     except BaseException as exc:  # no reports (Redis unreachable, a signal...): the textfile still says so

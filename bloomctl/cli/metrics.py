@@ -46,15 +46,35 @@ def exposition(metrics: Iterable[Metric]) -> str:
     return generate_latest(registry).decode()
 
 
-def check_writable(path: str, option: str) -> None:
-    """Refuses, before any work, a file that cannot be written (a missing or read-only directory)
-    or that is not a regular file (a device, a FIFO: renaming over it would replace it)."""
+def check_writable(path: str, option: str, formats: tuple[str, ...] = (), *, make_dirs: bool = False) -> None:
+    """Refuses, before any work, a file that cannot be written (a missing or read-only
+    directory), that is not a regular file (a device, a FIFO: renaming over it would replace
+    it), or that is named like one of the command's ``formats`` (`-o json` meant `--format
+    json`). With ``make_dirs`` (a report's `-o reports/x.xml` in a fresh CI checkout) the missing
+    directories are made, as `mkdir -p` would; a metrics file's are not: a collector's directory
+    that is not there is a typo to report, not one to fill."""
+    if path in formats:
+        raise UsageError(
+            "%s %s writes a file named %s: did you mean --format %s? (for that file, give ./%s)",
+            option,
+            path,
+            path,
+            path,
+            path,
+        )
     target = Path(os.path.realpath(path))  # a link: its target is written, the link kept
     if target.exists() and not target.is_file():
         raise UsageError("%s %s is not a regular file (a directory, device or FIFO)", option, path)
     directory = target.parent
-    if not directory.is_dir():
+    if not directory.exists() and not make_dirs:
         raise UsageError("%s %s: the directory %s does not exist", option, path, directory)
+    if not directory.exists():
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError("%s %s: cannot make the directory %s: %s", option, path, directory, exc.strerror) from None
+    if not directory.is_dir():
+        raise UsageError("%s %s: %s is not a directory", option, path, directory)
     if not os.access(directory, os.W_OK | os.X_OK):
         raise UsageError("%s %s: cannot write into %s (a file is written there, then renamed)", option, path, directory)
 
