@@ -52,8 +52,9 @@ def test_global_options_work_after_the_command(cli, plain):
 
 
 def test_moving_global_options_keeps_the_commands_own_words():
-    """The reordering itself: values that look like options stay with their option, `--` ends it,
-    and an option the command defines (rebuild's --quiet) is left to the command."""
+    """The reordering itself: values that look like options stay with their option (rebuild's
+    `--column -q` is a column named -q), `--` ends it, and an unknown option before the command
+    is left for Click to name."""
     from bloomctl.cli import global_options_first, main
 
     assert global_options_first(main, ["info", "users", "--url", "U", "-q"]) == ["--url", "U", "-q", "info", "users"]
@@ -66,12 +67,13 @@ def test_moving_global_options_keeps_the_commands_own_words():
         "-h",
     ]
     assert global_options_first(main, ["rebuild", "k", "-q", "--log-format", "json"]) == [
-        "rebuild",
-        "k",
         "-q",
         "--log-format",
         "json",
+        "rebuild",
+        "k",
     ]
+    assert global_options_first(main, ["rebuild", "k", "--column", "-q"]) == ["rebuild", "k", "--column", "-q"]
     assert global_options_first(main, ["info", "--", "-h", "x"]) == ["info", "--", "-h", "x"]
     assert global_options_first(main, ["--bogus", "info", "-h", "x"]) == ["--bogus", "info", "-h", "x"]
     assert global_options_first(main, ["window", "rotate", "d", "-hH"]) == ["-hH", "window", "rotate", "d"]
@@ -99,3 +101,94 @@ def test_o_makes_its_directories_and_refuses_a_format_name(cli, plain, tmp_path,
     (tmp_path / "afile").write_text("x")
     blocked = cli("fill-ratio", "kept", "-o", "afile/out.txt", url=plain.url)
     assert blocked.exit_code == 2 and "afile" in blocked.stderr
+
+
+def test_quiet_prints_nothing_on_stdout_unless_something_failed(cli, plain, tmp_path):
+    """(item 4) `bloomctl -q window rotate dedupe` printed 10 lines every run (cron mails them
+    every 10 minutes), `rebuild -q` its 7-line summary. -q now holds stdout back unless the
+    command fails; a machine format asked for, and a command whose stdout is its product, print."""
+    from bloomctl.server.connection import connect, settings_from
+
+    connect(settings_from(plain.url)).flushdb()
+    created = cli(
+        "window",
+        "create",
+        "dedupe",
+        "--period",
+        "1h",
+        "--keep",
+        "3",
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        "--backend",
+        "module-free",
+        url=plain.url,
+    )
+    assert created.exit_code == 0, created.stderr
+    rotated = cli("-q", "window", "rotate", "dedupe", url=plain.url)
+    assert (rotated.exit_code, rotated.stdout, rotated.stderr) == (0, "", "")
+    after = cli("window", "rotate", "dedupe", "-q", url=plain.url)  # -q after the command: the same
+    assert (after.exit_code, after.stdout) == (0, "")
+    source = tmp_path / "ids.csv"
+    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
+    rebuilt = cli(
+        "-q",
+        "rebuild",
+        "ids",
+        "--from-csv",
+        str(source),
+        "--column",
+        "id",
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        "--swap",
+        url=plain.url,
+    )
+    assert (rebuilt.exit_code, rebuilt.stdout, rebuilt.stderr) == (0, "", "")
+    missing = cli("-q", "rebuild", "ids", "--from-csv", str(tmp_path / "nope.csv"), "--column", "id", url=plain.url)
+    assert missing.exit_code == 8 and missing.stdout == "" and missing.stderr.startswith("bloomctl: error:")
+    failing = cli("-q", "fill-ratio", "ids", "--max", "0.01", url=plain.url)  # over its threshold: exit 1
+    assert failing.exit_code == 1 and "ids" in failing.stdout  # what failed is printed
+    asked = cli("-q", "info", "ids", "--format", "json", url=plain.url)
+    assert asked.exit_code == 0 and json.loads(asked.stdout)["key"] == "ids"
+    dumped = cli("-q", "dump", "ids", "-o", "-", url=plain.url)
+    assert dumped.exit_code == 0 and len(dumped.stdout_bytes) > 100
+
+
+def test_json_logs_and_the_summary_share_one_stream_as_json_lines(cli, plain, tmp_path):
+    """(item 4) With --log-format json the documented `>>shop.log 2>&1` mixed the text summary
+    into the JSON log lines: the summary is now JSON too, one line."""
+    from bloomctl.server.connection import connect, settings_from
+
+    connect(settings_from(plain.url)).flushdb()
+    source = tmp_path / "ids.csv"
+    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
+    for args in (
+        [
+            "--log-format",
+            "json",
+            "rebuild",
+            "ids",
+            "--from-csv",
+            str(source),
+            "--column",
+            "id",
+            "-c",
+            "1000",
+            "-e",
+            "1%",
+            "--swap",
+        ],
+        ["rebuild", "ids", "--from-csv", str(source), "--column", "id", "--swap", "--log-format", "json"],
+        ["--log-format", "json", "info", "ids"],
+    ):
+        result = cli(*args, url=plain.url)
+        assert result.exit_code == 0, result.stderr
+        lines = (result.stdout + result.stderr).splitlines()
+        assert lines and all(isinstance(json.loads(line), dict) for line in lines), lines
+    report = json.loads(cli("--log-format", "json", "info", "ids", url=plain.url).stdout)
+    assert report["key"] == "ids"

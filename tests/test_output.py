@@ -74,7 +74,8 @@ def test_quiet_log_format_verbose_and_debug_are_global(target, tmp_path):
     csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(500)))
     args = ["rebuild", "users", "--from-csv", str(csv), "-c", "1000", "-e", "1%", "--swap"]
     quiet = target.cli("-q", *args)
-    assert quiet.exit_code == 0 and quiet.stderr == "" and "swapped" in quiet.stdout
+    # issue 23 item 4: -q prints nothing at all when all went well (it printed the summary)
+    assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == "" and target.card("users") == 500
     normal = target.cli(*args)
     verbose = target.cli("-v", *args)
     assert "debug: connected to" not in normal.stderr

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -126,6 +127,11 @@ class BloomctlGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, standalone_mode=False, **extra)
         given = sys.argv[1:] if args is None else list(args)
+        if quiet_stdout(self, global_options_first(self, given)):
+            return _held_unless_failed(lambda: self._main(args, given, prog_name, **extra))
+        return self._main(args, given, prog_name, **extra)
+
+    def _main(self, args: Sequence[str] | None, given: list[str], prog_name: str | None, **extra: Any) -> object:
         process_main = _is_process_main(args)
         if given and given[-1] == "-h" and _command_at(self, given[:-1]) is None:
             args = [*given[:-1], "--help"]  # `bloomctl -h` without a command runs nothing: help, as expected
@@ -170,6 +176,51 @@ class BloomctlGroup(click.Group):
         if _stopping[0] and process_main:
             _exit_now(code)
         sys.exit(code)
+
+
+DATA_COMMANDS = {("dump",), ("functions", "source"), ("config", "schema")}  # stdout is what they make
+
+
+def quiet_stdout(group: click.Group, args: list[str]) -> bool:
+    """Whether ``--quiet`` holds back stdout: nothing there unless the command fails (cron mails
+    every line). Not where a machine format was asked for (`--format json`: the caller reads it)
+    nor for a command whose stdout is its product (`dump`, `functions source`, `config schema`)."""
+    words = args[: args.index("--")] if "--" in args else args
+    if not any(
+        w == "--quiet" or (w.startswith("-") and not w.startswith("--") and "q" in w[1:] and set(w[1:]) <= {"q", "v"})
+        for w in words
+    ):
+        return False
+    for at, word in enumerate(words):
+        value = word.split("=", 1)[1] if word.startswith("--format=") else None
+        if word == "--format" and at + 1 < len(words):
+            value = words[at + 1]
+        if value is not None and value not in ("text", "table"):
+            return False
+    index = _command_at(group, args)
+    if index is None:
+        return False
+    command = group.commands[args[index]]
+    sub = args[index + 1] if index + 1 < len(args) else None
+    named = (args[index], sub) if isinstance(command, click.Group) else (args[index],)
+    return named not in DATA_COMMANDS
+
+
+def _held_unless_failed(run: Callable[[], object]) -> NoReturn:
+    """Runs ``run`` (which exits) with stdout held: written out only when it exits non-zero."""
+    real, held = sys.stdout, io.StringIO()
+    sys.stdout = held
+    code: str | int | None = 0
+    try:
+        run()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.stdout = real
+    if code not in (0, None):
+        real.write(held.getvalue())
+        real.flush()
+    sys.exit(code)
 
 
 def global_options_first(group: click.Group, args: list[str]) -> list[str]:
@@ -357,13 +408,20 @@ def _restore_signals(previous: dict[int, Any]) -> None:
     show_default=True,
     help="Seconds to wait for a reply.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="No log lines or warnings on stderr (errors still print).")
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Nothing on stdout unless the command fails, no log lines or warnings on stderr (errors still print); "
+    "a --format json asked for, and dump's stdout, still print. For cron.",
+)
 @click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
     show_default=True,
-    help="stderr lines: text with a UTC timestamp, or one JSON object each (errors included).",
+    help="stderr lines: text with a UTC timestamp, or one JSON object each (errors included); with json, "
+    "the command's result is one JSON line on stdout too (unless --format says otherwise).",
 )
 @click.option("--verbose", "-v", count=True, help="More log lines (the steps' details).")
 @click.option("--debug", is_flag=True, help="Also print the Python traceback of an error.")

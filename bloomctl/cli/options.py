@@ -76,7 +76,8 @@ def _as_float(text: str) -> float:
 
 
 def format_option(*choices: str, tty_default: str | None = None, pipe_default: str | None = None) -> Callable[[F], F]:
-    """``--format``: the first choice is the default on a terminal, ``pipe_default`` elsewhere."""
+    """``--format``: the first choice is the default on a terminal, ``pipe_default`` elsewhere;
+    with ``--log-format json``, json (one line: a log file of JSON lines stays one)."""
     tty_default = tty_default or choices[0]
     pipe_default = pipe_default or tty_default
     default_text = tty_default if tty_default == pipe_default else f"{tty_default} on a terminal, else {pipe_default}"
@@ -90,6 +91,8 @@ def format_option(*choices: str, tty_default: str | None = None, pipe_default: s
             value = value if value in choices else aliases[value]
             current().output_format = value  # an explicit --format json: a failure prints a JSON error object too
             return value
+        if current().log_format == "json" and "json" in choices:
+            return "json"
         return tty_default if sys.stdout.isatty() else pipe_default
 
     return click.option(

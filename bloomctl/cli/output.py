@@ -3,7 +3,8 @@
 Text log lines start with a UTC timestamp; with ``--log-format json`` every stderr line is one
 JSON object, the error included (``level: error`` with its exit code). With ``--format json`` a
 failed command also prints a JSON error object on stdout, where a script reads the result.
-``--quiet`` silences log lines and warnings (never the error), ``-v`` adds the debug lines.
+``--quiet`` silences log lines and warnings (never the error), and holds stdout back unless the
+command fails (``bloomctl.cli.quiet_stdout``); ``-v`` adds the debug lines.
 """
 
 from __future__ import annotations

@@ -306,8 +306,6 @@ def load_options(f: F) -> F:
 @swap_guard_options
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
-@click.option("--quiet", "-q", is_flag=True, hidden=True, help="The global --quiet, accepted here too.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), hidden=True, help="The global --log-format.")
 @format_option("text", "json")
 @click.option(
     "--metrics-file",
@@ -323,8 +321,6 @@ def rebuild_command(
     key: str | None,
     all_filters: bool,
     due: bool,
-    quiet: bool,
-    log_format: str | None,
     output_format: str,
     metrics_file: str | None,
     **options: Any,
@@ -371,10 +367,6 @@ def rebuild_command(
 
         check_writable(metrics_file, "--metrics-file")
     tune_allocator()
-    if quiet:  # given after the command (as before they were global): the same effect
-        app.output.quiet = True
-    if log_format:
-        app.output.log_format = log_format
     if all_filters or due:
         _check_all(key, due, all_filters, explicit)
         rebuild_all(app, due, explicit, output_format, metrics_file)

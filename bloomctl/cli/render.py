@@ -76,6 +76,11 @@ def human_bytes(n: int | float | None) -> str:
 
 
 def emit_json(data: Any) -> None:
+    """``data`` on stdout: indented, or one line with ``--log-format json`` (whose lines are one
+    JSON object each: `>>app.log 2>&1` keeps one record a line)."""
+    if current().log_format == "json":
+        click.echo(json.dumps(data, sort_keys=False, default=str))
+        return
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
