@@ -236,13 +236,13 @@ def test_reserve_and_info(ctarget):
     assert data["created"] and data["filter"]["type"] == "cuckoo" and data["filter"]["backend"] == ctarget.backend.name
     assert data["filter"]["size_bytes"] == data["plan"]["size_bytes"]
     assert data["filter"]["buckets"] == 4096 and data["filter"]["bucket_size"] == 4
-    again = cli(*reserve_args(ctarget, "-c", "10000", "--bucket-size", "4", "--if-not-exists"))
+    again = cli(*reserve_args(ctarget, "-c", "10000", "--bucket-size", "4", "--if-not-exists", "--format", "json"))
     assert again.exit_code == 0 and json.loads(again.stdout)["created"] is False
     other = cli(*reserve_args(ctarget, "-c", "10000", "--bucket-size", "2", "--if-not-exists"))
     assert other.exit_code == 5 and "different parameters" in other.stderr
     Filter(ctarget.client, "cf").madd([b"item:%d" % i for i in range(3000)])
     Filter(ctarget.client, "cf").mdelete([b"item:1", b"item:2"])
-    info = json.loads(cli("info", "cf", "--exact").stdout)
+    info = json.loads(cli("info", "cf", "--exact", "--format", "json").stdout)
     assert (info["items"], info["deleted"]) == (2998, 2)
     assert info["load_factor"] == pytest.approx(2998 / 16384)
     assert info["subfilters"][0]["occupied"] == 2998 and info["exact"]

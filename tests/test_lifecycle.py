@@ -54,7 +54,7 @@ def test_reserve_guards(target):
     assert again.exit_code == 5 and "already exists" in again.stderr and again.stdout == ""
     same = cli("reserve", "users", *args, "--if-not-exists", "--format", "table")
     assert same.exit_code == 0 and "nothing to do" in same.stdout
-    same = cli("reserve", "users", *args, "--if-not-exists")  # JSON into a pipe
+    same = cli("reserve", "users", *args, "--if-not-exists", "--format", "json")
     assert same.exit_code == 0 and json.loads(same.stdout)["created"] is False
     other = cli(
         "reserve",

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
     "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it. "
     "An existing filter's backend is read from the key."
 )
-@format_option("table", "json", pipe_default="json")
+@format_option("table", "json")
 @click.pass_obj
 def reserve_command(
     app: AppContext,
@@ -238,7 +238,7 @@ def describe_rows(data: dict[str, Any]) -> list[tuple[str, str]]:
     is_flag=True,
     help="Scan the bits (BF.SCANDUMP; CF.SCANDUMP: the slots) for the true fill and FPR of every sub-filter.",
 )
-@format_option("table", "json", pipe_default="json")
+@format_option("table", "json")
 @click.pass_obj
 def info_command(app: AppContext, key: str, exact: bool, output_format: str) -> None:
     """Show the filter KEY: BF.INFO (CF.INFO), fill, error rate and hashes per sub-filter, FPR now, TTL, companions, metadata.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -75,6 +75,17 @@ def _as_float(text: str) -> float:
         return 0.0  # not a number at all: FloatRange says so in its own words
 
 
+class _Choice(click.Choice):
+    """A choice that accepts aliases (``table`` for ``text``) but shows only its own names."""
+
+    def __init__(self, accepted: Sequence[str], shown: Sequence[str]) -> None:
+        super().__init__(accepted)
+        self.shown = list(shown)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"[{'|'.join(self.shown)}]"
+
+
 def format_option(*choices: str, tty_default: str | None = None, pipe_default: str | None = None) -> Callable[[F], F]:
     """``--format``: the first choice is the default on a terminal, ``pipe_default`` elsewhere;
     with ``--log-format json``, json (one line: a log file of JSON lines stays one)."""
@@ -98,7 +109,7 @@ def format_option(*choices: str, tty_default: str | None = None, pipe_default: s
     return click.option(
         "--format",
         "output_format",
-        type=click.Choice(accepted),
+        type=_Choice(accepted, shown=choices),
         default=None,
         callback=resolve,
         help=f"Output format [default: {default_text}].",

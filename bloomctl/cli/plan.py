@@ -137,7 +137,7 @@ def render_plan(p: Plan, output_format: str, backend: str = "redisbloom") -> Non
     callback=capacity_callback,
     help="Suggest the number of shards so that no member needs more memory than this (e.g. 512M, 2G).",
 )
-@format_option("table", "json", pipe_default="json")
+@format_option("table", "json")
 def plan_command(
     capacity: int,
     error_rate: float | None,

@@ -189,7 +189,7 @@ def render_rotate(report: Any, output_format: str, note: str | None = None) -> N
 
 @window_group.command("info")
 @click.argument("name")
-@format_option("table", "json", pipe_default="json")
+@format_option("table", "json")
 @click.pass_obj
 def info_command(app: AppContext, name: str, output_format: str) -> None:
     """Show each bucket of the window NAME (period, items, fill, FPR, TTL) and the window's FPR.
