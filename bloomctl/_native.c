@@ -17,7 +17,9 @@
  */
 /* 2. The strict CSV check of the bytes pyarrow parses (sources/arrow_csv.py, StrictStream):
  *    every quote either opens a field (after a delimiter, a line end or a closing quote) or
- *    closes one (before a quote, a delimiter or a line end). */
+ *    closes one (before a quote, a delimiter or a line end).
+ * 3. Where a CSV file can be cut into byte ranges for ``--jobs`` (sources/csv.py, find_cuts):
+ *    line ends outside quotes, found 64 bytes at a time. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernel reads items as little-endian words; setup.py builds it only on little-endian machines"
 #endif
@@ -414,6 +416,243 @@ static PyObject *is_ascii(PyObject *self, PyObject *args) {
     return PyBool_FromLong(seen < 0x80);
 }
 
+/* csv_cuts(data, delimiter, targets, stop) -> (cuts, lines, problem, safe, safe_lines, non_ascii)
+ *
+ * Where a CSV file may be cut into byte ranges that jobs read on their own (sources/csv.py,
+ * ``scan_cuts``, whose numpy code is the reference). A cut is the position after a \n outside
+ * quoted fields (an even count of quotes before it), not followed by a UTF-8 signature; for
+ * each target (ascending) the first cut at or after it, with the line breaks before it (\n,
+ * \r\n and a lone \r each end a line, as bytes.splitlines counts them). Cuts are safe only up to
+ * the first quote that strict CSV refuses (as csv_quotes judges it) or ``stop``: a cut is never
+ * past that ``problem``. When the scan ends there with targets left, ``problem`` is its position,
+ * ``safe`` the last cut before it (0 when none) and ``safe_lines`` its line breaks; otherwise
+ * problem is -1 and safe 0. ``non_ascii`` is the first byte >= 0x80 before the last cut found
+ * (or before the problem, or the end), -1 when none.
+ *
+ * The file is read 64 bytes at a time as bit masks (SSE2): the quote mask's prefix XOR says
+ * which bytes are inside quotes, as in simdjson's scanner. A large file is read as fast as
+ * memory delivers it. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+enum { SCAN = 64 };
+
+typedef struct {
+    uint64_t quote, newline, cr, special, high; /* special: a quote, \n, \r or the delimiter */
+} Masks;
+
+typedef struct {
+    const uint8_t *data;
+    size_t len, stop, count, found, lines, safe, safe_lines, end;
+    const size_t *targets;
+    size_t *cuts, *cut_lines;
+    long long problem, non_ascii;
+    uint64_t odd, previous_special;
+    uint8_t delimiter;
+} CutScan;
+
+/* The bytes after the file's last ones: zeros, which match nothing but a zero delimiter (masked). */
+static const uint8_t *padded(const uint8_t *p, size_t n, uint8_t pad[SCAN]) {
+    if (n == SCAN) return p;
+    memset(pad, 0, SCAN);
+    memcpy(pad, p, n);
+    return pad;
+}
+
+static void classify(const uint8_t *p, size_t n, uint8_t delimiter, Masks *m) {
+    uint8_t pad[SCAN];
+    p = padded(p, n, pad);
+    memset(m, 0, sizeof *m);
+#if defined(__SSE2__)
+    const __m128i q = _mm_set1_epi8('"'), nl = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r');
+    const __m128i d = _mm_set1_epi8((char)delimiter);
+    __m128i any_cr = _mm_setzero_si128(), any_high = _mm_setzero_si128();
+    __m128i v[SCAN / 16], c[SCAN / 16];
+    for (int i = 0; i < SCAN / 16; i++) {
+        v[i] = _mm_loadu_si128((const __m128i *)(p + 16 * i));
+        __m128i isq = _mm_cmpeq_epi8(v[i], q), isn = _mm_cmpeq_epi8(v[i], nl);
+        c[i] = _mm_cmpeq_epi8(v[i], cr);
+        __m128i special = _mm_or_si128(_mm_or_si128(isq, isn), _mm_or_si128(c[i], _mm_cmpeq_epi8(v[i], d)));
+        m->quote |= (uint64_t)(uint16_t)_mm_movemask_epi8(isq) << (16 * i);
+        m->newline |= (uint64_t)(uint16_t)_mm_movemask_epi8(isn) << (16 * i);
+        m->special |= (uint64_t)(uint16_t)_mm_movemask_epi8(special) << (16 * i);
+        any_cr = _mm_or_si128(any_cr, c[i]);
+        any_high = _mm_or_si128(any_high, v[i]);
+    }
+    if (_mm_movemask_epi8(any_cr))
+        for (int i = 0; i < SCAN / 16; i++) m->cr |= (uint64_t)(uint16_t)_mm_movemask_epi8(c[i]) << (16 * i);
+    if (_mm_movemask_epi8(any_high))
+        for (int i = 0; i < SCAN / 16; i++) m->high |= (uint64_t)(uint16_t)_mm_movemask_epi8(v[i]) << (16 * i);
+#else
+    for (int i = 0; i < SCAN; i++) {
+        uint64_t bit = (uint64_t)1 << i;
+        if (p[i] == '"') m->quote |= bit;
+        if (p[i] == '\n') m->newline |= bit;
+        if (p[i] == '\r') m->cr |= bit;
+        if (p[i] == '"' || p[i] == '\n' || p[i] == '\r' || p[i] == delimiter) m->special |= bit;
+        if (p[i] >= 0x80) m->high |= bit;
+    }
+#endif
+}
+
+static uint64_t prefix_xor(uint64_t x) { /* bit i: the XOR of bits 0..i */
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+
+static uint64_t upto(int pos) { /* bits 0..pos */
+    return pos >= 63 ? ~(uint64_t)0 : ((uint64_t)1 << (pos + 1)) - 1;
+}
+
+static int signature_at(const uint8_t *data, size_t len, size_t p) {
+    return p + 3 <= len && data[p] == 0xEF && data[p + 1] == 0xBB && data[p + 2] == 0xBF;
+}
+
+/* One block of 64 bytes (n of them in the file) at ``base``: returns 1 when the scan is over. */
+static int scan_block(CutScan *s, const Masks *m, size_t base, size_t n) {
+    const uint8_t *data = s->data;
+    int next_special = 1, next_newline = 0; /* past the end: a closing quote may end the file */
+    if (base + n < s->len) {
+        uint8_t next = data[base + n];
+        next_special = next == '"' || next == '\n' || next == '\r' || next == s->delimiter;
+        next_newline = next == '\n';
+    }
+    uint64_t valid = n == SCAN ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1;
+    uint64_t quote = m->quote & valid, newline = m->newline & valid, special = m->special & valid;
+    uint64_t inside = prefix_xor(quote) ^ (s->odd ? ~(uint64_t)0 : 0);
+    uint64_t before_ok = (special << 1) | s->previous_special;
+    uint64_t after_ok = (special >> 1) | ((uint64_t)next_special << (n - 1));
+    uint64_t bad = quote & ((inside & ~before_ok) | (~inside & ~after_ok));
+    uint64_t breaks = newline;
+    if (m->cr) breaks |= m->cr & valid & ~((newline >> 1) | ((uint64_t)next_newline << (n - 1)));
+    uint64_t allowed = newline & ~inside;
+    size_t limit = SIZE_MAX; /* cuts up to here are safe */
+    if (bad) limit = base + (size_t)__builtin_ctzll(bad);
+    if (s->stop >= base && s->stop < base + n && s->stop < limit) limit = s->stop;
+    if (limit != SIZE_MAX) allowed &= limit > base ? upto((int)(limit - base) - 1) : 0;
+    while (s->found < s->count && s->targets[s->found] <= base + n) {
+        size_t t = s->targets[s->found];
+        uint64_t candidates = allowed;
+        if (t > base + 1) candidates &= ~upto((int)(t - base) - 2); /* cut = pos + 1 >= t */
+        while (candidates && signature_at(data, s->len, base + (size_t)__builtin_ctzll(candidates) + 1))
+            candidates &= candidates - 1;
+        if (!candidates) break;
+        int pos = __builtin_ctzll(candidates);
+        s->cuts[s->found] = base + (size_t)pos + 1;
+        s->cut_lines[s->found] = s->lines + (size_t)__builtin_popcountll(breaks & upto(pos));
+        s->found++;
+    }
+    for (uint64_t last = allowed; last;) {
+        int pos = 63 - __builtin_clzll(last);
+        if (!signature_at(data, s->len, base + (size_t)pos + 1)) {
+            s->safe = base + (size_t)pos + 1;
+            s->safe_lines = s->lines + (size_t)__builtin_popcountll(breaks & upto(pos));
+            break;
+        }
+        last &= ~((uint64_t)1 << pos);
+    }
+    uint64_t high = m->high & valid;
+    if (high && s->non_ascii < 0) s->non_ascii = (long long)(base + (size_t)__builtin_ctzll(high));
+    if (s->found == s->count) {
+        s->end = s->count ? s->cuts[s->count - 1] : 0;
+        return 1;
+    }
+    if (limit != SIZE_MAX) {
+        s->problem = (long long)limit;
+        s->end = limit;
+        return 1;
+    }
+    s->lines += (size_t)__builtin_popcountll(breaks);
+    s->odd = (inside >> (n - 1)) & 1;
+    s->previous_special = (special >> (n - 1)) & 1;
+    return 0;
+}
+
+static void scan(CutScan *s) {
+    for (size_t base = 0; base < s->len && s->found < s->count; base += SCAN) {
+        size_t n = s->len - base < SCAN ? s->len - base : SCAN;
+        Masks m;
+        classify(s->data + base, n, s->delimiter, &m);
+        if (scan_block(s, &m, base, n)) break;
+    }
+}
+
+/* csv_cuts' targets, checked: ascending offsets within the data (NULL, an error set, otherwise). */
+static size_t *read_targets(PyObject *seq, size_t len) {
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    size_t *targets = PyMem_Malloc(sizeof(size_t) * (size_t)(count ? count : 1));
+    if (targets == NULL) return (size_t *)PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (t == -1 && PyErr_Occurred()) break;
+        if (t < 0 || (size_t)t > len || (i > 0 && (size_t)t < targets[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "targets must ascend within the data");
+            break;
+        }
+        targets[i] = (size_t)t;
+    }
+    if (!PyErr_Occurred()) return targets;
+    PyMem_Free(targets);
+    return NULL;
+}
+
+static PyObject *cut_result(CutScan *s) {
+    if (s->count == 0) s->end = 0;
+    if (s->non_ascii >= (long long)s->end) s->non_ascii = -1;
+    if (s->problem < 0) s->safe = s->safe_lines = 0;
+    PyObject *cuts = PyList_New((Py_ssize_t)s->found), *lines = PyList_New((Py_ssize_t)s->found), *result = NULL;
+    if (cuts != NULL && lines != NULL) {
+        for (size_t i = 0; i < s->found; i++) {
+            PyList_SET_ITEM(cuts, (Py_ssize_t)i, PyLong_FromSize_t(s->cuts[i]));
+            PyList_SET_ITEM(lines, (Py_ssize_t)i, PyLong_FromSize_t(s->cut_lines[i]));
+        }
+        result = Py_BuildValue("OOLnnL", cuts, lines, s->problem, (Py_ssize_t)s->safe, (Py_ssize_t)s->safe_lines,
+                               s->non_ascii);
+    }
+    Py_XDECREF(cuts);
+    Py_XDECREF(lines);
+    return result;
+}
+
+static PyObject *csv_cuts(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    int delimiter;
+    PyObject *targets_obj;
+    Py_ssize_t stop;
+    if (!PyArg_ParseTuple(args, "y*iOn", &view, &delimiter, &targets_obj, &stop)) return NULL;
+    if (stop < 0 || delimiter < 0 || delimiter > 255) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "stop must be an offset and delimiter a byte");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(targets_obj, "targets must be a sequence of offsets");
+    size_t count = seq != NULL ? (size_t)PySequence_Fast_GET_SIZE(seq) : 0, room = sizeof(size_t) * (count ? count : 1);
+    size_t *targets = seq != NULL ? read_targets(seq, (size_t)view.len) : NULL;
+    size_t *cuts = targets != NULL ? PyMem_Malloc(room) : NULL, *cut_lines = cuts != NULL ? PyMem_Malloc(room) : NULL;
+    PyObject *result = NULL;
+    if (cut_lines != NULL) { /* previous_special 1: the file starts as after a line end */
+        CutScan s = {view.buf, (size_t)view.len, (size_t)stop, count, 0, 0, 0, 0, (size_t)view.len, targets, cuts,
+                     cut_lines, -1, -1, 0, 1, (uint8_t)delimiter};
+        Py_BEGIN_ALLOW_THREADS
+        scan(&s);
+        Py_END_ALLOW_THREADS
+        result = cut_result(&s);
+    } else if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+    PyMem_Free(targets), PyMem_Free(cuts), PyMem_Free(cut_lines);
+    Py_XDECREF(seq);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"redisbloom_add", redisbloom_add, METH_VARARGS,
      "redisbloom_add(data, offsets, width, bits, nbits, hashes) -> items that set a new bit\n\n"
@@ -424,6 +663,8 @@ static PyMethodDef methods[] = {
     {"csv_quotes", csv_quotes, METH_VARARGS,
      "csv_quotes(chunk, delimiter, quotes, previous, pending_close) -> (problem, quotes, pending_close)"},
     {"is_ascii", is_ascii, METH_VARARGS, "is_ascii(buffer) -> whether every byte is below 0x80"},
+    {"csv_cuts", csv_cuts, METH_VARARGS,
+     "csv_cuts(data, delimiter, targets, stop) -> (cuts, lines, problem, safe, safe_lines, non_ascii)"},
     {"sha1_code", sha1_code, METH_VARARGS,
      "sha1_code([\"portable\" | \"ni\"]) -> the SHA-1 code the bitmap scheme uses (after switching it)"},
     {NULL, NULL, 0, NULL},

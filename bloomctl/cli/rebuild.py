@@ -164,9 +164,9 @@ def build_options(f: F) -> F:
             type=click.IntRange(1, MAX_JOBS),
             default=1,
             show_default=True,
-            help="Processes for a client build, each on its share of the items (CSV: each reads the whole "
-            "file and keeps the items a hash gives it; Parquet: every Nth row group; SQL: the rows of "
-            "--split-column); their bits are ORed.",
+            help="Processes for a client build, each on its share of the items (CSV: its byte range of the "
+            "file, cut at record starts; gzip, stdin and multi-byte legacy encodings: the items a hash "
+            "gives it; Parquet: every Nth row group; SQL: the rows of --split-column); their bits are ORed.",
         ),
         click.option(
             "--split-column",

@@ -103,21 +103,13 @@ class StrictStream(io.RawIOBase):
         self.pending_close = False
         at = np.flatnonzero(data == QUOTE)
         if at.size:
-            opening = ((np.arange(at.size) + self.quotes) & 1) == 0
-            before = data[at - 1]  # at 0 this reads the chunk's last byte: replaced just below
-            if at[0] == 0:
-                before[0] = self.previous
-            ok_open = (before == self.delimiter) | (before == 10) | (before == 13) | (before == QUOTE)
-            if not (ok_open | ~opening).all():
+            bad_open, bad_close = quote_faults(data, at, self.quotes, self.delimiter, self.previous)
+            if bad_open.any():
                 raise Unsure("a quote inside an unquoted field")
-            last = at[-1] + 1 == len(data)
-            after = data[np.minimum(at + 1, len(data) - 1)]
-            ok_close = (after == QUOTE) | (after == self.delimiter) | (after == 10) | (after == 13)
-            if last:
-                ok_close[-1] = True  # the byte after it comes with the next chunk (pending_close)
-            if not (ok_close | opening).all():
+            if bad_close.any():
                 raise Unsure("a closing quote is followed by text")
-            self.pending_close = bool(last and not opening[-1])
+            last_closes = ((at.size - 1 + self.quotes) & 1) == 1
+            self.pending_close = bool(at[-1] + 1 == len(data) and last_closes)  # the next chunk has its next byte
             self.quotes += int(at.size)
         self.previous = int(data[-1])
 
@@ -127,6 +119,26 @@ class StrictStream(io.RawIOBase):
     def close(self) -> None:
         self.raw.close()
         super().close()
+
+
+def quote_faults(data: Any, at: Any, quotes: int, delimiter: int, previous: int = 10) -> tuple[Any, Any]:
+    """Which quotes strict CSV refuses, of those at positions ``at`` of ``data`` (ascending, with
+    ``quotes`` quotes before the first; ``previous`` is the byte before ``data``), as two masks:
+    an opening quote (an even count before it) not after a delimiter, a line end or a quote, and
+    a closing quote not before one of them. A closing quote that ends ``data`` passes: what
+    follows it is the caller's to judge (the next chunk, or the end of the file)."""
+    if not at.size:
+        return np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
+    opening = ((np.arange(at.size) + quotes) & 1) == 0
+    before = data[at - 1]  # at 0 this reads the last byte: replaced just below
+    if at[0] == 0:
+        before[0] = previous
+    ok_open = (before == delimiter) | (before == 10) | (before == 13) | (before == QUOTE)
+    after = data[np.minimum(at + 1, len(data) - 1)]
+    ok_close = (after == QUOTE) | (after == delimiter) | (after == 10) | (after == 13)
+    if at[-1] + 1 == len(data):
+        ok_close[-1] = True
+    return opening & ~ok_open, ~opening & ~ok_close
 
 
 def column_names(width: int) -> list[str]:

@@ -4,6 +4,11 @@ Read in 1 MiB blocks: blocks without a quote character take a fast path (split o
 in C, no decoding into str for UTF-8 input); a block with anything unusual (a quote, bad
 encoding, a short row) is read row by row with the csv module, which knows the exact line of
 every problem.
+
+For ``jobs``, a plain file is cut into byte ranges, one per job, at line ends outside quoted
+fields (``cut_ranges``): each job reads its range as the whole file would be read there, with
+the same line numbers. Where a file cannot be cut (stdin, gzip, a pipe, a small file), every job
+reads all of it and keeps the items a hash gives it.
 """
 
 from __future__ import annotations
@@ -12,22 +17,58 @@ import codecs
 import csv
 import gzip
 import importlib.util
+import mmap
+import os
 import re
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from bloomctl.defaults import DEFAULT_DELIMITER, DEFAULT_ENCODING, DEFAULT_SKIP_BAD_ROWS
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_errors import Unsure
 from bloomctl.sources.base import BadRows, Batch, ItemFormatter, SourceStats, item_list, rebatch
+from bloomctl.sources.csv_cuts import cut_ranges
 
 BLOCK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 20
 BYTES_AS_IS = {"utf-8", "ascii", "utf-8-sig"}  # codecs whose bytes already are the UTF-8 item
 UTF8 = {"utf-8", "utf-8-sig"}  # what StrictStream checks, so what pyarrow may read
+MIN_RANGE_BYTES = 4 << 20  # smaller files are shared out by hash: cutting them saves nothing
+SHIFTING_CODECS = ("utf-7", "iso2022", "hz")  # plain ASCII bytes can change what later bytes mean
+
+
+@lru_cache(maxsize=64)
+def bytes_stand_alone(codec: str) -> bool:
+    """Whether every byte below 0x80 is always the ASCII character it looks like, wherever it
+    stands: UTF-8, and the single-byte codecs that extend ASCII (latin-1, cp1252, iso8859-*).
+    Not Shift_JIS, GBK, Big5 and the like, whose second byte of a character can be a '|' or a '"'
+    (a cut found by counting quotes would then fall inside a field), nor UTF-16 or UTF-7."""
+    if codec in UTF8 or codec == "ascii":
+        return True
+    try:
+        decoder = codecs.getincrementaldecoder(codec)()
+    except LookupError:
+        return False
+    for value in range(256):
+        decoder.reset()
+        try:
+            text = decoder.decode(bytes([value]), final=False)
+        except UnicodeDecodeError:  # a byte the codec leaves undefined (cp1252's 0x81): no lead byte
+            continue
+        if len(text) != 1 or (value < 0x80 and text != chr(value)):
+            return False  # '' is a lead byte waiting for the rest of its character
+    return True
+
+
+def file_listing(path: str, info: os.stat_result) -> tuple[Any, ...]:
+    """What tells a file from its rewrite: its size and times, and which file it is (inode and
+    device; the change time, which no one can set back, catches a same-size rewrite whose
+    modification time was restored: `cp -p`, `rsync --inplace -t`)."""
+    return (path, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev)
 
 
 @lru_cache(maxsize=64)
@@ -58,6 +99,34 @@ class _Replay:
 
     def close(self) -> None:  # stdin is not ours to close
         pass
+
+
+class _Range:
+    """Bytes ``[start, end)`` of an open file: the part of a CSV file that one job reads."""
+
+    def __init__(self, raw: IO[bytes], size: int) -> None:
+        self.raw, self.left = raw, size
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(self.left if size is None or size < 0 else min(size, self.left))
+        self.left -= len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(memoryview(buffer).cast("B")[: self.left])  # type: ignore[attr-defined]
+        self.left -= n
+        return int(n)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class FileCut(NamedTuple):
+    """A file cut into byte ranges: what the parts were cut from, and each part's range."""
+
+    listing: tuple[Any, ...]  # ``file_listing``: checked when each part reads
+    head: tuple[list[str] | None, int]  # the header's names (None: no header) and the first row's width
+    spans: list[tuple[int, int, int]]  # per part: start, end, line breaks before start
 
 
 class CsvSource:
@@ -108,6 +177,12 @@ class CsvSource:
         self.stats = SourceStats()
         self.formatter: ItemFormatter | None = None
         self._stdin_head: bytes | None = None
+        self.span: tuple[int, int, int] | None = None  # a part's byte range (``FileCut.spans``)
+        self.head: tuple[list[str] | None, int] | None = None  # the file's header, for a part's range
+        self.listing: tuple[Any, ...] | None = None  # the file as it was when it was cut (``file_listing``)
+        self._cut: FileCut | None = None  # how ``part`` cut the file (None: shared out by hash)
+        self._cut_parts = 0  # for how many parts
+        self.bad_rows_before = 0  # bad rows of the parts before this one: they count against `skip_bad_rows`
 
     @property
     def rewindable(self) -> bool:
@@ -126,9 +201,22 @@ class CsvSource:
             raw = open(self.path, "rb")  # noqa: SIM115 - closed by the caller
         except OSError as exc:
             raise SourceError("cannot read %s: %s", self.path, exc.strerror) from None
+        if self.span is not None:
+            return self._range(raw)
         if self.path.endswith(".gz"):
             return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
         return raw
+
+    def _range(self, raw: IO[bytes]) -> IO[bytes]:
+        """This part's bytes of the file, once the file is known to be the one that was cut."""
+        assert self.span is not None
+        info = os.fstat(raw.fileno())
+        if self.listing != file_listing(self.path, info):
+            raw.close()
+            raise SourceError("the CSV file %s changed while the jobs read it", self.name)
+        start, end, _lines = self.span
+        raw.seek(start)
+        return _Range(raw, end - start)  # type: ignore[return-value]
 
     def preflight(self) -> None:
         """Open the file and read its header now, so a wrong column or template fails before
@@ -178,28 +266,86 @@ class CsvSource:
         for batch in self.fast_batches(size):
             yield item_list(batch)
 
-    shared_parse = True  # every part reads the whole file and keeps its items by hash
+    @property
+    def shared_parse(self) -> bool:
+        """Whether every part reads the whole file and keeps the items a hash gives it (a file
+        ``part`` could not cut), rather than its own byte range."""
+        return self.span is None and self._cut is None
 
     def part(self, index: int, parts: int, split_column: str | None = None) -> CsvSource:
-        """A fresh reader of the whole file for process ``index`` of ``parts``, which keeps the
-        items a hash gives it (``bloomctl.rebuild.build.parallel.take_share``): any cut by bytes or batches
-        is unsafe (a quoted newline; batch boundaries move where the csv module takes over)."""
+        """The reader of process ``index`` of ``parts``: its byte range of the file (``cut_ranges``;
+        part 0 reads the header, the others are given its names and their first line's number).
+        A file that cannot be cut (gzip, not a regular file, under ``MIN_RANGE_BYTES``) is read
+        whole by every part, which keeps the items a hash gives it (``parallel.take_share``). Part
+        0 cuts the file again if it changed since; the others take the last cut's ranges."""
         if split_column is not None:
-            raise UsageError("`split_column` splits SQL sources; a CSV file is shared out by item")
+            raise UsageError("`split_column` splits SQL sources; a CSV file is cut into byte ranges")
         if not self.rewindable:
             raise UsageError("`jobs` reads the file once in every job: give a file, not stdin")
+        if self._cut_parts != parts or (index == 0 and not self._cut_current()):
+            self._cut, self._cut_parts = self._cut_file(parts), parts
         copy = CsvSource.__new__(CsvSource)
         copy.__dict__.update(self.__dict__)
         copy.stats = SourceStats()
+        copy._cut, copy._cut_parts = None, 0
+        if self._cut is not None:
+            copy.span, copy.head, copy.listing = self._cut.spans[index], self._cut.head, self._cut.listing
         return copy
+
+    def _cut_current(self) -> bool:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        return self._cut is not None and self._cut.listing == file_listing(self.path, info)
+
+    def _cut_file(self, parts: int) -> FileCut | None:
+        """The file cut into ``parts`` byte ranges, or None where it cannot be (or is not worth it)."""
+        delimiter = self._delimiter_byte()
+        if (
+            delimiter is None
+            or self.path.endswith(".gz")
+            or self.codec.startswith(SHIFTING_CODECS)
+            or not bytes_stand_alone(self.codec)
+        ):
+            return None
+        try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):
+                return None  # (a named pipe: opening it would wait for a writer)
+            raw = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except OSError:
+            return None  # each part's read says why
+        with raw:
+            info = os.fstat(raw.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size < max(MIN_RANGE_BYTES, 1):
+                return None
+            names, rest, _lines = self._read_header(self._blocks(raw))
+            head = (names, len(names) if names is not None else _first_row_width(rest, self.delimiter))
+            try:
+                with mmap.mmap(raw.fileno(), info.st_size, access=mmap.ACCESS_READ) as data:
+                    spans = cut_ranges(data, delimiter, parts, self.codec)
+            except (OSError, ValueError):  # a file system without mmap, a file cut short meanwhile
+                return None
+        return FileCut(file_listing(self.path, info), head, spans)
+
+    def _delimiter_byte(self) -> int | None:
+        """The delimiter's one byte in the file's encoding (None when it takes several: a byte of
+        it could then be part of another character, and the cuts could not be trusted)."""
+        try:
+            encoded = self.delimiter.encode("utf-8" if self.codec == "utf-8-sig" else self.encoding)
+        except UnicodeError:
+            return None
+        return encoded[0] if len(encoded) == 1 else None
 
     def fast_batches(self, size: int) -> Iterator[Batch]:
         """``batches``, but Arrow arrays where pyarrow read them (no Python object per item)."""
         return self._all_batches(size)
 
     def _all_batches(self, size: int) -> Iterator[Batch]:
-        self.stats = SourceStats()
+        self.stats = SourceStats(bad_rows=self.bad_rows_before)
         bad = BadRows(self.stats, self.skip_bad_rows, self.name)
+        if self.span is not None and self.span[0] >= self.span[1]:
+            return  # a part with nothing to read (a file of fewer records than parts)
         try:
             delivered, blank = 0, 0
             if self._arrow_possible():
@@ -243,14 +389,18 @@ class CsvSource:
             names, first, _lines = self._read_header(self._blocks(stream))
         finally:
             stream.close()
-        width = len(names) if names is not None else _first_row_width(first, self.delimiter)
+        if self.head is not None:  # a part: the width of the file's first row, not of its own
+            width = self.head[1]
+        else:
+            width = len(names) if names is not None else _first_row_width(first, self.delimiter)
         fmt = ItemFormatter(names, self.column, self.template, self.prefix)
         if fmt.width > width:
             raise Unsure("rows are shorter than the item's column")
+        header = self.header and (self.span is None or self.span[0] == 0)
         stream = self._open()
         try:
             yield from arrow_csv.read(
-                stream, width=width, header=self.header, delimiter=self.delimiter, fmt=fmt, stats=self.stats
+                stream, width=width, header=header, delimiter=self.delimiter, fmt=fmt, stats=self.stats
             )
         finally:
             stream.close()
@@ -289,8 +439,11 @@ class CsvSource:
             yield tail
 
     def _read_header(self, blocks: Iterator[bytes]) -> tuple[list[str] | None, bytes, int]:
-        """The header names, what is left of the first block, and the lines consumed."""
+        """The header names, what is left of the first block, and the lines before it (a part
+        after the first: the file's names, and the lines before its range)."""
         first = next(blocks, b"")
+        if self.span is not None and self.span[0] > 0:
+            return (self.head[0] if self.head is not None else None), first, self.span[2]
         if first.startswith(codecs.BOM_UTF8) and self.codec in ("utf-8", "utf-8-sig"):
             first = first[len(codecs.BOM_UTF8) :]
         if not self.header:
@@ -340,8 +493,9 @@ class CsvSource:
                 # Quoted fields may hold newlines: from here on the csv module reads everything.
                 yield from self._slow(self._lines(block, source), bad, fmt, line_no)
                 return
-            yield from self._slow(iter(block.splitlines(keepends=True)), bad, fmt, line_no)
-            line_no += block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+            lines = block.splitlines(keepends=True)  # a lone \r ends a line too
+            yield from self._slow(iter(lines), bad, fmt, line_no)
+            line_no += len(lines)
 
     def _fast_block(self, data: bytes, delim: bytes, fmt: ItemFormatter) -> list[bytes] | None:
         """Items of a block of plain lines, or None when a row needs a closer look."""
@@ -391,8 +545,8 @@ class CsvSource:
         def decoded() -> Iterator[str]:
             for raw in lines:
                 state["line"] += 1
-                try:
-                    text = raw.decode(self.encoding)
+                try:  # (utf-8-sig would drop a U+FEFF that starts a line: the other readers keep it)
+                    text = raw.decode("utf-8" if self.codec == "utf-8-sig" else self.encoding)
                 except UnicodeDecodeError:
                     bad(state["line"], f"not valid {self.encoding}")
                     state["placeholder"] = True
