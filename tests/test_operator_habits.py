@@ -131,23 +131,8 @@ def test_quiet_prints_nothing_on_stdout_unless_something_failed(cli, plain, tmp_
     assert (rotated.exit_code, rotated.stdout, rotated.stderr) == (0, "", "")
     after = cli("window", "rotate", "dedupe", "-q", url=plain.url)  # -q after the command: the same
     assert (after.exit_code, after.stdout) == (0, "")
-    source = tmp_path / "ids.csv"
-    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
-    rebuilt = cli(
-        "-q",
-        "rebuild",
-        "ids",
-        "--from-csv",
-        str(source),
-        "--column",
-        "id",
-        "-c",
-        "1000",
-        "-e",
-        "1%",
-        "--swap",
-        url=plain.url,
-    )
+    rebuild = rebuild_ids(tmp_path)
+    rebuilt = cli("-q", *rebuild, url=plain.url)
     assert (rebuilt.exit_code, rebuilt.stdout, rebuilt.stderr) == (0, "", "")
     missing = cli("-q", "rebuild", "ids", "--from-csv", str(tmp_path / "nope.csv"), "--column", "id", url=plain.url)
     assert missing.exit_code == 8 and missing.stdout == "" and missing.stderr.startswith("bloomctl: error:")
@@ -165,25 +150,10 @@ def test_json_logs_and_the_summary_share_one_stream_as_json_lines(cli, plain, tm
     from bloomctl.server.connection import connect, settings_from
 
     connect(settings_from(plain.url)).flushdb()
-    source = tmp_path / "ids.csv"
-    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
+    rebuild = rebuild_ids(tmp_path)
     for args in (
-        [
-            "--log-format",
-            "json",
-            "rebuild",
-            "ids",
-            "--from-csv",
-            str(source),
-            "--column",
-            "id",
-            "-c",
-            "1000",
-            "-e",
-            "1%",
-            "--swap",
-        ],
-        ["rebuild", "ids", "--from-csv", str(source), "--column", "id", "--swap", "--log-format", "json"],
+        ["--log-format", "json", *rebuild],
+        [*rebuild, "--log-format", "json"],
         ["--log-format", "json", "info", "ids"],
     ):
         result = cli(*args, url=plain.url)
@@ -192,3 +162,10 @@ def test_json_logs_and_the_summary_share_one_stream_as_json_lines(cli, plain, tm
         assert lines and all(isinstance(json.loads(line), dict) for line in lines), lines
     report = json.loads(cli("--log-format", "json", "info", "ids", url=plain.url).stdout)
     assert report["key"] == "ids"
+
+
+def rebuild_ids(folder) -> list[str]:
+    """`rebuild ids` from a CSV of 500 ids written in ``folder``, swapped in."""
+    source = folder / "ids.csv"
+    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
+    return ["rebuild", "ids", "--from-csv", str(source), "--column", "id", "-c", "1000", "-e", "1%", "--swap"]

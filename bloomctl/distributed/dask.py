@@ -32,14 +32,7 @@ def _modules() -> tuple[Any, Any]:
     return dask, dd
 
 
-def frame_source(
-    frame: Any,
-    *,
-    column: str | None = None,
-    template: str | None = None,
-    prefix: str | None = None,
-    description: str | None = None,
-) -> FrameSource:
+def frame_source(frame: Any, *, description: str | None = None, **recipe: str | None) -> FrameSource:
     """A Dask DataFrame as a rebuild's source; its columns keep their Arrow types where it has them
     (``dd.read_parquet(..., dtype_backend="pyarrow")``)."""
     import pyarrow as pa
@@ -55,14 +48,7 @@ def frame_source(
             yield _table(piece.compute())
 
     return FrameSource(
-        description or f"Dask DataFrame of {frame.npartitions} partitions",
-        schema,
-        rows,
-        read,
-        column=column,
-        template=template,
-        prefix=prefix,
-        frame=frame,
+        description or f"Dask DataFrame of {frame.npartitions} partitions", schema, rows, read, frame=frame, **recipe
     )
 
 

@@ -34,8 +34,8 @@ def first_line(exc: BaseException) -> str:
 
 
 class FrameSource:
-    """Items from ``column`` (or ``template`` over several columns, with ``prefix``) of an engine's
-    DataFrame. ``schema`` is its Arrow schema, ``rows`` counts its rows (on the engine), and
+    """Items from ``column`` (or ``template`` over several columns, with ``prefix``: the recipe,
+    which ``frame_source`` of each engine passes on as it is given) of an engine's DataFrame. ``schema`` is its Arrow schema, ``rows`` counts its rows (on the engine), and
     ``read`` yields its record batches on the driver."""
 
     engine_readable = True

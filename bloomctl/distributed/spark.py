@@ -36,14 +36,7 @@ def _session_builder() -> SparkSession.Builder:
     return SparkSession.builder
 
 
-def frame_source(
-    frame: Any,
-    *,
-    column: str | None = None,
-    template: str | None = None,
-    prefix: str | None = None,
-    description: str | None = None,
-) -> FrameSource:
+def frame_source(frame: Any, *, description: str | None = None, **recipe: str | None) -> FrameSource:
     """A Spark DataFrame as a rebuild's source, its schema as the executors' Arrow batches have it."""
 
     schema = frame.limit(0).toArrow().schema
@@ -62,16 +55,7 @@ def frame_source(
         if rows:
             yield _record_batch(rows, chosen)
 
-    return FrameSource(
-        description or "Spark DataFrame",
-        schema,
-        rows,
-        read,
-        column=column,
-        template=template,
-        prefix=prefix,
-        frame=frame,
-    )
+    return FrameSource(description or "Spark DataFrame", schema, rows, read, frame=frame, **recipe)
 
 
 def schema_of(schema: pa.Schema, columns: list[str]) -> pa.Schema:
