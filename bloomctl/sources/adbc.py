@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bloomctl.sources.arrow_items import items_of
+from bloomctl.sources.arrow_values import binary_scalar
 from bloomctl.sources.base import STOP_WAIT, ItemFormatter, SourceStats, cancellable
 from bloomctl.sources.urls import UrlParts, libpq_uri
 
@@ -221,7 +222,7 @@ def _render(column: pa.Array) -> pa.Array:
     import pyarrow.compute as pc
 
     if pa.types.is_boolean(column.type):
-        return pc.if_else(column, pa.scalar(b"True", pa.binary()), pa.scalar(b"False", pa.binary()))
+        return pc.if_else(column, binary_scalar(b"True"), binary_scalar(b"False"))
     if pa.types.is_integer(column.type):
         column = column.cast(pa.string())
     return column.cast(pa.binary())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from bloomctl.errors import UsageError
+from bloomctl.sources.arrow_values import binary_scalar, false_scalar, zero_of
 from bloomctl.sources.base import ItemFormatter
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when a batch is read
@@ -19,28 +20,28 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when a b
 def items_of(columns: list[Any], fmt: ItemFormatter) -> tuple[Any, int]:
     """The items of one batch (a binary array) and how many rows were blank. ``columns`` are the
     recipe's columns in its order (``fmt.indexes``, or the one ``fmt.index``)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if fmt.template is None and not fmt.prefix and len(columns) == 1 and _none_blank(columns[0]):
         return _whole(columns[0]), 0  # most batches: the column is the items, as it is
     keep = None
     for column in columns:
-        present = pc.fill_null(pc.greater(pc.binary_length(column), 0), False)
+        lengths = pc.binary_length(column)
+        present = pc.fill_null(pc.greater(lengths, zero_of(lengths.type)), false_scalar())
         keep = present if keep is None else pc.and_(keep, present)
     kept_rows = pc.sum(keep).as_py() or 0 if len(columns[0]) else 0
     # Most batches have no blank: their columns are used as they are (a filter would copy them).
     kept = columns if kept_rows == len(columns[0]) else [column.filter(keep) for column in columns]
     blank = len(columns[0]) - kept_rows
-    empty = pa.scalar(b"", pa.binary())
+    empty = binary_scalar(b"")
     if fmt.template is not None:
         pieces: list[Any] = []
         for literal, column in zip(fmt.literals, kept, strict=False):
-            pieces += [pa.scalar(literal, pa.binary()), column]
-        pieces.append(pa.scalar(fmt.literals[-1], pa.binary()))
+            pieces += [binary_scalar(literal), column]
+        pieces.append(binary_scalar(fmt.literals[-1]))
         items = pc.binary_join_element_wise(*pieces, empty)
     elif fmt.prefix:
-        items = pc.binary_join_element_wise(pa.scalar(fmt.prefix, pa.binary()), kept[0], empty)
+        items = pc.binary_join_element_wise(binary_scalar(fmt.prefix), kept[0], empty)
     else:
         items = kept[0]
     return _whole(items), blank

@@ -122,9 +122,9 @@ def item_take(batch: Batch, indexes: list[int]) -> list[bytes]:
     if not indexes:
         return []
     if is_arrow(batch):
-        import pyarrow as pa
+        from bloomctl.sources.arrow_values import int64_array
 
-        return item_list(batch.take(pa.array(indexes, pa.int64())))
+        return item_list(batch.take(int64_array(indexes)))
     return [batch[i] for i in indexes]
 
 

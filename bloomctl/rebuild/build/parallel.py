@@ -43,9 +43,9 @@ def take_share(items: Batch, index: int, parts: int) -> Batch:
     data, offsets = buffers(items)
     mine = Blocks(data, offsets).hash(SHARE_SEED) % np.uint64(parts) == np.uint64(index)
     if is_arrow(items):
-        import pyarrow as pa
+        from bloomctl.sources.arrow_values import bool_array
 
-        return items.filter(pa.array(mine))
+        return items.filter(bool_array(mine))
     return [item for item, keep in zip(items, mine.tolist(), strict=True) if keep]
 
 
