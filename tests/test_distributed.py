@@ -508,3 +508,25 @@ def test_an_unreachable_scheduler_is_one_line(bloom, tmp_path):
     lines = [line for line in result.stderr.splitlines() if "error" in line]
     assert lines and "cannot reach the Dask scheduler tcp://127.0.0.1:9" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_an_engine_that_loses_a_share_is_refused(bloom):
+    """An engine of the user's own that hands back the part of only some of the DataFrame's rows
+    (a task's share lost): with `capacity` auto the DataFrame's rows were counted, and the rows
+    the parts read must be as many, or nothing is swapped (the sample drawn from the parts could
+    not notice: it holds only what the parts read)."""
+    from bloomctl.distributed import FrameSource, run
+    from bloomctl.errors import SourceError
+    from bloomctl.server.connection import connect, settings_from
+
+    client = connect(settings_from(bloom.url))
+    client.execute_command("BF.ADD", "lossy", "old")
+    schema = pa.schema([("email", pa.string())])
+    rows = [f"u{i}" for i in range(1000)]
+    source = FrameSource("a test frame", schema, lambda: len(rows), lambda columns: iter([]), column="email")
+    half = _Engine(lambda spec: spec.partial([pa.table({"email": rows[:500]})]))
+    with pytest.raises(SourceError, match="read 500 rows of the 1000"):
+        run(source, half, key="lossy", client=client, capacity="auto", error_rate=0.01, swap=True)
+    assert client.execute_command("BF.EXISTS", "lossy", "old") == 1
+    whole = _Engine(lambda spec: spec.partial([pa.table({"email": rows})]))
+    assert run(source, whole, key="lossy", client=client, capacity="auto", error_rate=0.01, swap=True).swapped

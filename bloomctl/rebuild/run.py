@@ -243,6 +243,14 @@ def load_all(
     else:
         reservoir = load_on_server(client, backend, source, standbys, settings, report, progress, seen)
     report.source = source.stats
+    if settings.engine is not None and report.counted is not None and report.source.rows != report.counted:
+        # the engine counted the same DataFrame its tasks read: a task's share went missing (or came twice)
+        standbys.discard()
+        raise SourceError(
+            "the engine's tasks read %s rows of the %s the DataFrame holds: nothing is swapped",
+            report.source.rows,
+            report.counted,
+        )
     if report.counted is not None and report.source.items > 1.1 * report.counted + 100:
         log(
             f"counted {report.counted:,} rows but read {report.source.items:,} items: the capacity counted "
