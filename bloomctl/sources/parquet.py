@@ -12,11 +12,14 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_items import formatter_for, render
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when the files are read
+    import pyarrow as pa
 
 INSTALL_HINT = "Parquet sources need pyarrow: pip install '.[fast]' in bloomctl's checkout"
 
@@ -73,7 +76,7 @@ class ParquetSource:
         return opened
 
     @staticmethod
-    def _schema(files: list[tuple[str, Any]]) -> Any:
+    def _schema(files: list[tuple[str, Any]]) -> pa.Schema:
         """The first file's schema: the one the recipe is checked against (as a dataset's would be)."""
         return files[0][1].schema_arrow
 
