@@ -46,7 +46,7 @@ def test_global_options_work_after_the_command(cli, plain):
     missing = cli("info", "nope", "--log-format", "json", url=plain.url)
     assert missing.exit_code == 5 and json.loads(missing.stderr.splitlines()[-1])["exit_code"] == 5
     nested = cli("window", "info", "nope", "--url", plain.url, url=wrong)
-    assert nested.exit_code != 3, nested.stderr  # reached the server given after the command
+    assert nested.exit_code == 5 and "'nope'" in nested.stderr, nested.stderr  # the server given after it
     dashdash = cli("info", "--", "--url", url=plain.url)  # after --, a key named --url
     assert dashdash.exit_code == 5 and "'--url'" in dashdash.stderr, dashdash.stderr
 
@@ -169,3 +169,66 @@ def rebuild_ids(folder) -> list[str]:
     source = folder / "ids.csv"
     source.write_text("id\n" + "".join(f"u{i}\n" for i in range(500)))
     return ["rebuild", "ids", "--from-csv", str(source), "--column", "id", "-c", "1000", "-e", "1%", "--swap"]
+
+
+def test_bundled_flags_dangling_options_and_help_keep_their_meaning(cli, plain, tmp_path):
+    """From a review of the above: `-vv fill-ratio users -h` printed the usage and exited 0 again
+    (a bundle of short flags before the command hid the command), `-q --help` printed nothing, a
+    `-q` that is --prefix's value held stdout back, `info -- -h` was refused, and `info users -p`
+    took the command's name as the port."""
+    from bloomctl.server.connection import connect, settings_from
+
+    connect(settings_from(plain.url)).flushdb()
+    cli("reserve", "users", "-c", "1000", "-e", "1%", url=plain.url)
+    bundled = cli("-vv", "fill-ratio", "users", "--max", "0.0001", "-h", url=plain.url)
+    assert bundled.exit_code == 2 and "-h is the server's host" in bundled.stderr and bundled.stdout == ""
+    moved = cli("-qv", "fill-ratio", "users", "-h", "127.0.0.1", "-p", str(plain.port), url="redis://127.0.0.1:1/0")
+    assert (moved.exit_code, moved.stdout) == (0, ""), moved.stderr  # -q in the bundle: held back
+    for args in (["-q", "info", "--help"], ["info", "users", "-q", "--help"]):
+        shown = cli(*args, url=plain.url)
+        assert shown.exit_code == 0 and "Usage:" in shown.stdout
+    source = tmp_path / "ids.csv"
+    source.write_text("id\n" + "".join(f"u{i}\n" for i in range(300)))
+    valued = cli(
+        "rebuild",
+        "p",
+        "--from-csv",
+        str(source),
+        "--column",
+        "id",
+        "--prefix",
+        "-q",
+        "-c",
+        "1000",
+        "-e",
+        "1%",
+        url=plain.url,
+    )
+    assert valued.exit_code == 0 and "items read" in valued.stdout  # -q is the prefix, not --quiet
+    assert cli("info", "--", "-h", url=plain.url).exit_code == 5  # a key named -h
+    for flag in ("-p", "-u", "--url"):
+        dangling = cli("info", "users", flag, url=plain.url)
+        assert dangling.exit_code == 2 and f"{flag} is a global option: give it a value" in dangling.stderr
+
+
+def test_json_logs_make_check_and_fill_ratio_one_line_and_o_edge_cases(cli, plain, tmp_path, monkeypatch):
+    """fill-ratio and check printed indented JSON under --log-format json; `check -o -` wrote a
+    file named '-'; `-o newdir/` wrote a file named newdir."""
+    from bloomctl.server.connection import connect, settings_from
+
+    connect(settings_from(plain.url)).flushdb()
+    cli("reserve", "users", "-c", "1000", "-e", "1%", url=plain.url)
+    filled = cli("--log-format", "json", "fill-ratio", "users", url=plain.url)
+    assert filled.exit_code == 0 and len(filled.stdout.splitlines()) == 1
+    assert json.loads(filled.stdout)["filters"][0]["key"] == "users"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bloomctl.toml").write_text(
+        f'[profiles.default]\nurl = "{plain.url}"\n\n[filters.users]\nkey = "users"\ncapacity = 1000\nerror_rate = 0.01\n'
+    )
+    checked = cli("--log-format", "json", "check", "--no-server-checks", url=None)
+    lines = checked.stdout.splitlines()
+    assert len(lines) == 1 and isinstance(json.loads(lines[0]), dict), checked.stdout
+    dash = cli("check", "--no-server-checks", "-o", "-", "--format", "json", url=None)
+    assert not (tmp_path / "-").exists() and isinstance(json.loads(dash.stdout), dict), dash.stderr
+    slash = cli("fill-ratio", "users", "-o", "newdir/", url=plain.url)
+    assert slash.exit_code == 2 and "names a directory" in slash.stderr and not (tmp_path / "newdir").exists()

@@ -133,12 +133,12 @@ class BloomctlGroup(click.Group):
 
     def _main(self, args: Sequence[str] | None, given: list[str], prog_name: str | None, **extra: Any) -> object:
         process_main = _is_process_main(args)
-        if given and given[-1] == "-h" and _command_at(self, given[:-1]) is None:
+        dangling = _dangling(self, given)
+        if dangling == "-h" and _command_at(self, given[:-1]) is None:
             args = [*given[:-1], "--help"]  # `bloomctl -h` without a command runs nothing: help, as expected
-        elif given and given[-1] == "-h":  # a command with -h last: a host left out, never help
-            _raw_output(None, given).error(
-                "-h is the server's host, as in redis-cli: give it a value (help is --help)", ExitCode.USAGE
-            )
+        elif dangling is not None:  # never help, never the command's name taken as its value
+            what = "the server's host, as in redis-cli" if dangling == "-h" else "a global option"
+            _raw_output(None, given).error(f"{dangling} is {what}: give it a value (help is --help)", ExitCode.USAGE)
             sys.exit(ExitCode.USAGE)
         else:
             args = global_options_first(self, given)
@@ -186,9 +186,13 @@ def quiet_stdout(group: click.Group, args: list[str]) -> bool:
     every line). Not where a machine format was asked for (`--format json`: the caller reads it)
     nor for a command whose stdout is its product (`dump`, `functions source`, `config schema`)."""
     words = args[: args.index("--")] if "--" in args else args
+    index = _command_at(group, args)
+    if index is None or "--help" in words:
+        return False
+    leading = args[:index]  # the global options, where global_options_first put them (not a value like --prefix -q)
+    known = _options(group.params)
     if not any(
-        w == "--quiet" or (w.startswith("-") and not w.startswith("--") and "q" in w[1:] and set(w[1:]) <= {"q", "v"})
-        for w in words
+        w == "--quiet" or (w.startswith("-") and not w.startswith("--") and "q" in _flags(w, known)) for w in leading
     ):
         return False
     for at, word in enumerate(words):
@@ -197,13 +201,20 @@ def quiet_stdout(group: click.Group, args: list[str]) -> bool:
             value = words[at + 1]
         if value is not None and value not in ("text", "table"):
             return False
-    index = _command_at(group, args)
-    if index is None:
-        return False
     command = group.commands[args[index]]
     sub = args[index + 1] if index + 1 < len(args) else None
     named = (args[index], sub) if isinstance(command, click.Group) else (args[index],)
     return named not in DATA_COMMANDS
+
+
+def _flags(word: str, options: dict[str, bool]) -> str:
+    """The letters of a bundle of short options before any value: `-qhHOST` is q and h."""
+    letters = ""
+    for letter in word[1:]:
+        letters += letter
+        if options.get(f"-{letter}"):  # it takes a value: the rest of the word is that value
+            break
+    return letters
 
 
 def _held_unless_failed(run: Callable[[], object]) -> NoReturn:
@@ -267,6 +278,20 @@ def _command_at(group: click.Group, args: list[str]) -> int | None:
     return index
 
 
+def _dangling(group: click.Group, args: list[str]) -> str | None:
+    """A global option that takes a value, last on the line without one (`info users -h`): its
+    name; None otherwise (after `--` every word is an argument)."""
+    if not args or "--" in args or (args[-1].startswith("--") and "=" in args[-1]):
+        return None
+    last = args[-1]
+    index = _command_at(group, args[:-1])
+    if index is not None:
+        own = _options(_all_params(group.commands[args[index]]))
+        if last in own:
+            return None
+    return last if _options(group.params).get(last) is True else None
+
+
 def _all_params(command: click.Command) -> list[click.Parameter]:
     params = list(command.params)
     if isinstance(command, click.Group):
@@ -295,9 +320,15 @@ def _taken(args: list[str], at: int, options: dict[str, bool]) -> int:
     name = word.split("=", 1)[0] if word.startswith("--") else word
     if name in options:
         return 2 if options[name] and "=" not in word and at + 1 < len(args) else 1
-    if not word.startswith("--") and options.get(word[:2]) is True:  # -hHOST
-        return 1
-    return 0
+    if word.startswith("--"):
+        return 0
+    for index, letter in enumerate(word[1:], start=1):  # bundled short flags: -vv, -qv, -qhHOST
+        takes = options.get(f"-{letter}")
+        if takes is None:
+            return 0
+        if takes:  # the rest of the word is its value, else the next word
+            return 1 if index + 1 < len(word) else (2 if at + 1 < len(args) else 1)
+    return 1
 
 
 def _is_process_main(args: Sequence[str] | None) -> bool:

@@ -51,6 +51,7 @@ def check_command(
     """
     from bloomctl.declared.check import render, run
 
+    output_file = None if output_file == "-" else output_file  # '-': stdout, as fill-ratio's
     if output_file:
         from bloomctl.cli.metrics import check_writable
 
@@ -63,7 +64,9 @@ def check_command(
 
         write_atomically(output_file, text, "--output")
     else:
-        click.echo(text, nl=False)
+        from bloomctl.cli.render import one_line
+
+        click.echo(one_line(text, output_format), nl=False)
     code = report.exit_code
     if code != ExitCode.OK:
         counts = report.counts()

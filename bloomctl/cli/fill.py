@@ -207,7 +207,9 @@ def fill_ratio_command(
     if output_file:
         _write(output_file, text)
     else:
-        click.echo(text, nl=False)
+        from bloomctl.cli.render import one_line
+
+        click.echo(one_line(text, output_format), nl=False)
     if missing:
         wrong = [to_display(r.key) for r in reports if r.status == MISSING and " holds " in " ".join(r.reasons)]
         absent = [name for name in missing if name not in wrong]

@@ -53,6 +53,8 @@ def check_writable(path: str, option: str, formats: tuple[str, ...] = (), *, mak
     json`). With ``make_dirs`` (a report's `-o reports/x.xml` in a fresh CI checkout) the missing
     directories are made, as `mkdir -p` would; a metrics file's are not: a collector's directory
     that is not there is a typo to report, not one to fill."""
+    if path.endswith(("/", os.sep)):
+        raise UsageError("%s %s names a directory: give the file's name in it", option, path)
     if path in formats:
         raise UsageError(
             "%s %s writes a file named %s: did you mean --format %s? (for that file, give ./%s)",

@@ -84,6 +84,14 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
+def one_line(text: str, output_format: str) -> str:
+    """A command's JSON text as one line where ``--log-format json`` makes every line a JSON
+    object (`>>app.log 2>&1`); as it is otherwise."""
+    if output_format != "json" or current().log_format != "json":
+        return text
+    return json.dumps(json.loads(text), default=str) + "\n"
+
+
 def _console() -> Console:
     from rich.console import Console
 
