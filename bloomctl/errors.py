@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     LOCKED = 6  # another bloomctl process holds the filter's lock
     VERIFY_FAILED = 7  # a verification step found a missing item
     SOURCE = 8  # the data source is unreadable or malformed
+    MISSING_EXTRA = 9  # an optional dependency is not installed: the message names the extra
     INTERNAL = 70  # a bug: please report it
     INTERRUPTED = 130  # Ctrl-C (SIGINT)
     TERMINATED = 143  # SIGTERM (what systemd, Kubernetes and `timeout` send)
@@ -118,6 +119,21 @@ class SourceError(BloomctlError):
     """The data source could not be read."""
 
     exit_code = ExitCode.SOURCE
+
+
+class MissingExtra(BloomctlError):
+    """An optional dependency is not installed, or does not import: the message says which, and
+    the ``pip install`` of the extra that brings it (``bloomctl.extras`` words them)."""
+
+    exit_code = ExitCode.MISSING_EXTRA
+
+    def __init__(self, message: str, *values: object, extra: str | None = None, install: str | None = None) -> None:
+        super().__init__(message, *values)
+        self.extra = extra  # the extra of redis-bloomctl that installs it; None: a module no extra ships
+        self.install = install  # the command that installs it, for reports that show a fix apart
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the extra crosses processes too
+        return (type(self), (self.template, *self.values), {"extra": self.extra, "install": self.install})
 
 
 # --- what any exception means: one classifier for the library and the command line -------------

@@ -6,6 +6,8 @@
 # 1. A fresh clone of this repository's HEAD, run with an empty environment and a minimal PATH, so
 #    nothing can import bloomctl: the quickstart must create .venv, install the checkout, say so,
 #    and finish the tour; run again, it must use that .venv without installing.
+#    Piped (as here), its output is plain text: not one escape sequence; and its window demo keeps
+#    its bucket within capacity (`window info` warns about one past it).
 # 2. Its failures: a missing server binary, a module that does not load and a busy port each exit
 #    non-zero, the last two with the server's log on stderr.
 # Needs git, python3 (3.11+) and redis-server on /usr/local/bin:/usr/bin:/bin, and pip's access to PyPI.
@@ -38,6 +40,8 @@ quickstart || fail "the quickstart on a fresh clone exited $?"
 grep -q 'installing this checkout into' "$tmp/out" || fail "the quickstart did not say it installed bloomctl"
 grep -q 'rollback users --yes' "$tmp/out" || fail "the tour did not reach rollback"
 [ -x "$tmp/clone/.venv/bin/bloomctl" ] || fail "no .venv/bin/bloomctl in the clone"
+grep -q $'\x1b' "$tmp/out" && fail "escape sequences in the piped output"
+grep -q 'above plan' "$tmp/out" && fail "the window demo overfills a bucket"
 quickstart || fail "the second run exited $?"
 grep -q 'installing this checkout into' "$tmp/out" && fail "the second run installed again"
 echo "check-quickstart: fresh clone OK (installed into .venv, then used it)"

@@ -297,16 +297,19 @@ def test_dual_writes_that_never_stop_send_the_build_to_the_server(target, tmp_pa
 
 def test_without_numpy_auto_builds_on_the_server(target, tmp_path, monkeypatch):
     """The plain install (no numpy) keeps the server path; asking for the client says what to install."""
-    from bloomctl.rebuild import build
+    from bloomctl import extras
 
-    monkeypatch.setattr(build, "available", lambda: False)
+    real = extras.missing
+    hidden = extras.MissingExtra("numpy is not installed (a client build needs it): pip install 'redis-bloomctl[fast]'")
+    monkeypatch.setattr(extras, "missing", lambda name: hidden if name == extras.CLIENT_BUILD else real(name))
     path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(1000)])
     args = ["-c", "5000", "-e", "1%", "--nonscaling", "--swap"]
     auto = target.cli("rebuild", "users", "--from-csv", path, *args, "--format", "json")
     assert auto.exit_code == 0, auto.stderr
     assert json.loads(auto.stdout)["build"] == "server" and "numpy is not installed" in auto.stderr
     forced = target.cli("rebuild", "users", "--from-csv", path, *args, "--build", "client")
-    assert forced.exit_code == 4 and "pip install '.[fast]' in bloomctl's checkout" in forced.stderr
+    assert forced.exit_code == 9 and "pip install 'redis-bloomctl[fast]'" in forced.stderr  # before any write
+    assert not target.client.exists(KeyFamily.of("users").standby)
 
 
 def bits_of(target, key: str) -> bytes:

@@ -380,7 +380,7 @@ def test_the_command_line_builds_with_dask(bloom, tmp_path):
 
 
 def test_a_missing_engine_names_its_extra(bloom, tmp_path):
-    """Without Dask installed, `--engine dask` is one line naming the extra, exit 2."""
+    """Without Dask installed, `--engine dask` is one line naming the extra, exit 9."""
     path = write_parquet(tmp_path / "u.parquet", ["a@x", "b@x"])
     code = (
         "import sys; sys.modules['dask'] = None; sys.modules['dask.dataframe'] = None\n"
@@ -389,7 +389,7 @@ def test_a_missing_engine_names_its_extra(bloom, tmp_path):
         "'--engine', 'dask', '-c', '100', '-e', '1%'])"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 9, result.stderr
     assert "pip install 'redis-bloomctl[dask]'" in result.stderr and "Traceback" not in result.stderr
 
 

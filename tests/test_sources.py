@@ -251,7 +251,9 @@ def test_postgres_copy_unescapes_values(pg_engine):
 
 
 def test_missing_driver_says_what_to_install():
-    with pytest.raises(UsageError, match="driver for mssql is not installed"):
+    from bloomctl.errors import MissingExtra
+
+    with pytest.raises(MissingExtra, match="driver for mssql is not installed"):
         read(SqlSource("mssql+pyodbc://u@h/db", "SELECT 1"))
 
 

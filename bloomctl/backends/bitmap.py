@@ -100,6 +100,10 @@ def _error(exc: Exception, key: bytes) -> Exception:
     return exc
 
 
+class TooLarge(UsageError):
+    """A bitmap filter past Redis's 512 MB string limit (a reserve says how many shards would do)."""
+
+
 class Bitmap(StringBackend):
     name = "bitmap"
     magic = MAGIC
@@ -115,7 +119,7 @@ class Bitmap(StringBackend):
         if plan.scaling:
             raise UsageError("bitmap filters do not grow: use `nonscaling` (or leave `expansion` out)")
         if plan.first.bits > MAX_BITS:
-            raise UsageError(
+            raise TooLarge(
                 "%s bytes of bits exceed Redis's 512 MB string limit: lower `capacity` or raise `error_rate`, or split the set over several filters (shards)",
                 f"{plan.first.bytes:,}",
             )

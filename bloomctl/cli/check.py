@@ -36,7 +36,8 @@ def check_command(
     its fill and false-positive rate are within its own thresholds. For each server: doctor's
     checks (persistence, eviction policy, room to rebuild the largest filter). Every problem is
     reported in one run, each with what resolves it. Exit 0 when all pass (warnings pass too),
-    1 when a check fails, 5 when a filter is missing, 3 when a server does not answer.
+    1 when a check fails, 5 when a filter is missing, 9 when a filter's source needs an optional
+    dependency that is not installed (the fix names the extra), 3 when a server does not answer.
 
     \b
     Formats: text; json; junit (one test suite per filter, one test case per check); github

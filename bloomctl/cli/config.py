@@ -9,7 +9,7 @@ import click
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option
 from bloomctl.cli.render import emit_json
-from bloomctl.errors import UsageError
+from bloomctl.errors import MissingExtra, UsageError
 
 
 @click.group("config")
@@ -33,9 +33,13 @@ def validate_command(app: AppContext, path: str | None, output_format: str) -> N
     with its line, on stdout; exit 2 when there is any. Connects to nothing.
 
     Unknown keys are refused (with the closest known one), and so are secrets: a profile names a
-    password_file or password_env, a SQL source the variable that holds its database URL.
+    password_file or password_env, a SQL source the variable that holds its database URL. A
+    filter whose rebuild needs what this machine lacks (its SQL driver, when that variable is
+    set; pyarrow for Parquet; numpy for rebuild.build = "client") is a line naming the extra to
+    install: exit 9.
     """
     from bloomctl.declared import config
+    from bloomctl.declared.declarations import extras_of
 
     found = config.find(path or app.config_path)
     if found is None:
@@ -52,6 +56,7 @@ def validate_command(app: AppContext, path: str | None, output_format: str) -> N
             click.echo("\n".join(exc.lines()))
         raise UsageError("%s: %d problem(s)", found, len(exc.problems)) from None
     filters = list(loaded.filters.values())
+    missing = {d.name: problem for d in filters if (problem := extras_of(d).missing) is not None}
     if output_format == "json":
         emit_json(
             {
@@ -59,18 +64,36 @@ def validate_command(app: AppContext, path: str | None, output_format: str) -> N
                 "valid": True,
                 "profiles": sorted(loaded.profiles),
                 "filters": [
-                    {"name": d.name, "key": d.key, "type": d.kind, "profile": d.profile, "line": d.line}
+                    {
+                        "name": d.name,
+                        "key": d.key,
+                        "type": d.kind,
+                        "profile": d.profile,
+                        "line": d.line,
+                        "missing_extra": _missing_extra(missing.get(d.name)),
+                    }
                     for d in filters
                 ],
             }
         )
-        return
-    click.echo(f"{found}: valid: {len(loaded.profiles)} profile(s), {len(filters)} filter(s)")
-    for decl in filters:
-        source = next((k for k in ("csv", "parquet", "sql") if k in decl.source), None)
-        fed = f"from its {source} source" if source else "fed by the application"
-        key = f" (key {decl.key})" if decl.key != decl.name else ""
-        click.echo(f"  {decl.name}{key}: {decl.kind}, {fed}, profile {decl.profile}")
+    else:
+        click.echo(f"{found}: valid: {len(loaded.profiles)} profile(s), {len(filters)} filter(s)")
+        for decl in filters:
+            source = next((k for k in ("csv", "parquet", "sql") if k in decl.source), None)
+            fed = f"from its {source} source" if source else "fed by the application"
+            key = f" (key {decl.key})" if decl.key != decl.name else ""
+            click.echo(f"  {decl.name}{key}: {decl.kind}, {fed}, profile {decl.profile}")
+        for decl in filters:  # as the file's problems are shown: where, then what
+            if decl.name in missing:
+                click.echo(f"{found}:{decl.line}: filters.{decl.name}: {missing[decl.name]}")
+    if missing:
+        raise MissingExtra("%s: %d filter(s) need what is not installed here", found, len(missing))
+
+
+def _missing_extra(problem: MissingExtra | None) -> dict[str, str | None] | None:
+    if problem is None:
+        return None
+    return {"extra": problem.extra, "message": str(problem), "install": problem.install}
 
 
 @config_group.command("schema")

@@ -21,7 +21,7 @@ from bloomctl.defaults import (
     MAX_SHARDS,
 )
 from bloomctl.errors import UsageError
-from bloomctl.sizing.bloom import MAX_EXPANSION, parse_count, parse_error_rate
+from bloomctl.sizing.bloom import MAX_EXPANSION, parse_count, parse_error_rate, parse_size
 from bloomctl.sizing.cuckoo import (
     DEFAULT_BUCKET_SIZE,
     DEFAULT_CUCKOO_EXPANSION,
@@ -126,6 +126,23 @@ def capacity_callback(_ctx: click.Context, _param: click.Parameter, value: str |
         return None
     try:
         return parse_count(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+# Every option that takes bytes says the same: the units as redis.conf reads them.
+SIZE_HELP = (
+    "Units as in redis.conf, any case: 1k = 1000, 1kb = 1024, 1m = 10^6, 1mb = 2^20, 1g = 10^9, 1gb = 2^30; "
+    "also 1KiB, 1MiB, 1GiB (powers of 1024), b or none for bytes."
+)
+
+
+def size_callback(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    """A byte size option: 1073741824, 512mb, 1gb, 1GiB or 500M, the units as redis.conf reads them."""
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
     except UsageError as exc:
         raise click.BadParameter(str(exc)) from None
 

@@ -6,7 +6,9 @@ only) and says what ``apply`` would do: create it (a filter with a source by its
 database would answer "absent" for every real key; one the application feeds by a reserve; a
 window by its settings and first buckets), rotate a window whose buckets are missing, or nothing.
 A filter that differs from its declaration (drift) is reported with the command that resolves it:
-apply never deletes, resizes or rebuilds a live filter.
+apply never deletes, resizes or rebuilds a live filter. A first build that needs an optional
+dependency this machine lacks (its SQL driver, pyarrow, numpy) is refused in the plan, with the
+extra to install, as it would fail at the build.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Change:
     detail: str
     how: str | None = None  # create: rebuild, reserve or window
     fix: str | None = None  # drift, conflict: what resolves it
+    code: int | None = None  # invalid: its exit code, when not a usage error
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -111,7 +114,7 @@ def _creation(server: ServerInfo, decl: Declared) -> Change:
     """The creation of a missing filter, checked as far as can be before anything is written (a
     plan the server refuses, a database URL that is not set)."""
     from bloomctl import backends
-    from bloomctl.declared.declarations import source_values
+    from bloomctl.declared.declarations import extras_of, source_values
     from bloomctl.errors import UnsupportedServer, UsageError
 
     try:
@@ -124,6 +127,10 @@ def _creation(server: ServerInfo, decl: Declared) -> Change:
             path = values.get("csv_path") or values.get("parquet_path")
             if path and not os.access(path, os.R_OK):
                 raise UsageError("the source %r cannot be read (missing, or not readable)", path)
+            missing = extras_of(decl).missing
+            if missing is not None:
+                detail, fix = f"missing, and cannot be built here: {missing}", missing.install or "install its driver"
+                return Change(decl, INVALID, detail, fix=fix, code=missing.exit_code)
             kind = next(k for k in ("csv", "parquet", "sql") if k in decl.source)
             return Change(decl, CREATE, f"missing: its first build, from the {kind} source", BUILD)
         declared_plan(server, decl)
@@ -328,7 +335,7 @@ def run(
         if change.action == CONFLICT:
             applied.codes[change.decl.name] = ExitCode.CONFLICT
         elif change.action == INVALID:
-            applied.codes[change.decl.name] = ExitCode.USAGE
+            applied.codes[change.decl.name] = change.code or ExitCode.USAGE
     return applied
 
 

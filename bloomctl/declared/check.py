@@ -1,10 +1,11 @@
 """check: every declared filter against the server, for a CI gate or a cron job.
 
 For each filter of bloomctl.toml: does it exist; do its parameters and item recipe match the
-declaration (drift); are its fill and false-positive rate within its thresholds; and, once per
-server, doctor's checks of the server itself (persistence, eviction, room to rebuild). Every
-problem is reported in one run: a missing filter, or a server that does not answer, never hides
-another filter's results. ``Report.exit_code`` follows the command line's codes.
+declaration (drift); are its fill and false-positive rate within its thresholds; is what its
+rebuild needs beyond bloomctl's dependencies installed on this machine (its SQL driver, pyarrow,
+numpy); and, once per server, doctor's checks of the server itself (persistence, eviction, room
+to rebuild). Every problem is reported in one run: a missing filter, or a server that does not
+answer, never hides another filter's results. ``Report.exit_code`` follows the command line's codes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomctl.declared.config import Config, Declared
-from bloomctl.declared.declarations import drift, drift_fix, recipe_drift, summarize, thresholds, window_drift
+from bloomctl.declared.declarations import (
+    drift,
+    drift_fix,
+    extras_of,
+    recipe_drift,
+    summarize,
+    thresholds,
+    window_drift,
+)
 from bloomctl.declared.fleet import Connect, Fleet, Outcome, reason
 from bloomctl.errors import BloomctlError, ExitCode, KeyMissing, StateConflict
 from bloomctl.server.capabilities import ServerInfo
@@ -24,12 +33,13 @@ from bloomctl.sizing.bloom import format_rate
 
 OK, WARN, FAIL, SKIP, ERROR = "ok", "warn", "fail", "skip", "error"
 CHECKS = ("exists", "parameters", "recipe", "fill", "fpr")
+EXTRAS = "extras"  # a check of this machine, not of the server: only for filters whose rebuild needs one
 
 
 @dataclass
 class Result:
     subject: str  # the filter's name in the file, or "server PROFILE"
-    check: str  # exists, parameters, recipe, fill, fpr; persistence, eviction, memory, connect
+    check: str  # exists, parameters, recipe, fill, fpr, extras; persistence, eviction, memory, connect
     status: str  # ok, warn, fail, skip, error
     message: str
     key: str | None = None
@@ -57,13 +67,16 @@ class Report:
     @property
     def exit_code(self) -> int:
         """The first error's code when a check could not run (3: a server did not answer or refused
-        a command), else 5 when a filter is missing, else 1 when a check failed (warnings pass), else 0."""
+        a command), else 5 when a filter is missing, else 9 when what a rebuild needs is not
+        installed here, else 1 when a check failed (warnings pass), else 0."""
         statuses = {(r.check, r.status) for r in self.results}
         errors = [r for r in self.results if r.status == ERROR]
         if errors:
             return errors[0].code or ExitCode.CONNECTION
         if ("exists", FAIL) in statuses:
             return ExitCode.CONFLICT
+        if (EXTRAS, FAIL) in statuses:
+            return ExitCode.MISSING_EXTRA
         if any(status == FAIL for _check, status in statuses):
             return ExitCode.CHECK_FAILED
         return ExitCode.OK
@@ -92,10 +105,12 @@ def run(config: Config, connect: Connect, names: list[str] | None = None, *, ser
                 report.results.append(
                     Result(decl.name, "connect", ERROR, message, decl.key, decl.line, code=turn.failure.exit_code)
                 )
+                report.results += check_extras(decl)  # this machine's, whatever the server
             continue
         keys: list[bytes] = []
         for outcome in turn.each(lambda client, server, decl: check_filter(client, server, config.path, decl)):
             report.results += _results(outcome, turn.profile)
+            report.results += check_extras(outcome.decl)
             if outcome.value is not None and outcome.value[1]:
                 keys.append(outcome.value[1])
         if server_checks and turn.client is not None and turn.server is not None:
@@ -111,6 +126,21 @@ def _results(outcome: Outcome[tuple[list[Result], bytes | None]], profile: str) 
     what = "connect" if failure.unreachable else "read"
     message = f"profile {profile!r}: {reason(failure)}" if what == "connect" else reason(failure)
     return [Result(decl.name, what, ERROR, message, decl.key, decl.line, code=failure.exit_code)]
+
+
+def check_extras(decl: Declared) -> list[Result]:
+    """Whether this machine has what the filter's rebuild needs beyond bloomctl's dependencies
+    (``extras_of``): one result, or none for a filter whose rebuild needs nothing optional (a CSV
+    source, a filter the application feeds)."""
+    needs = extras_of(decl)
+    if not needs.needed:
+        return []
+    if needs.missing is not None:
+        problem = needs.missing
+        return [Result(decl.name, EXTRAS, FAIL, str(problem), decl.key, decl.line, problem.install, problem.exit_code)]
+    if needs.unknown is not None:
+        return [Result(decl.name, EXTRAS, SKIP, needs.unknown, decl.key, decl.line)]
+    return [Result(decl.name, EXTRAS, OK, "what its rebuild needs is installed here", decl.key, decl.line)]
 
 
 def check_filter(
@@ -240,10 +270,18 @@ def _check_window(client: RedisClient, path: str, decl: Declared) -> list[Result
     )
     current = next((b for b in info.buckets if b.role == "current" and b.state is not None), None)
     results = [exists, parameters, result("recipe", SKIP, "a window has no source")]
+    # a bucket past its capacity: above any max fill; its lookups' rate above plan, unless it grew a sub-filter
+    overfilled = window.overfilled(info)
+    status = FAIL if any(window.above_plan(info, b) for b in overfilled) else WARN  # (a grown bucket: within plan)
+    message = "; ".join(window.overfill_warning(info, b) for b in overfilled)
+    over_fill = result("fill", status, message, _larger(decl, path)) if overfilled else None
     if current is None:
-        return [*results, result("fill", SKIP, "no current bucket"), result("fpr", SKIP, "no current bucket")]
+        fill = over_fill or result("fill", SKIP, "no current bucket")
+        return [*results, fill, result("fpr", SKIP, "no current bucket")]
     limits = thresholds(decl)
     fill_results = _thresholds(decl, path, current.state, result)
+    if over_fill is not None:
+        fill_results[0] = over_fill
     if limits.max_fpr is not None:  # a lookup asks every bucket of the window
         over = info.combined_fpr > limits.max_fpr
         fill_results[1] = result(

@@ -1,5 +1,6 @@
 """What a filter declared in bloomctl.toml asks for, in the library's terms: its connection, plan,
-source, rebuild options and thresholds, and how the filter on the server differs from it (drift).
+source, rebuild options and thresholds, the optional dependencies its rebuild needs, and how the
+filter on the server differs from it (drift).
 
 ``bloomctl.declared.config`` reads and checks the file; this module turns one declaration into the calls
 the commands make (``rebuild``, ``reserve``, ``window.create``), and compares the server's filter
@@ -30,7 +31,7 @@ from bloomctl.defaults import (
     DEFAULT_WINDOW,
     PASSWORD_ENV,
 )
-from bloomctl.errors import StateConflict, UsageError
+from bloomctl.errors import MissingExtra, StateConflict, UsageError
 from bloomctl.lifecycle.metadata import RECIPE, recipe_field
 from bloomctl.server.connection import ConnectionSettings, settings_from, url_has_secret
 
@@ -116,6 +117,42 @@ def declared_db_url(decl: Declared, environ: dict[str, str] | None = None) -> st
     return env[variable]
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What a declared filter's rebuild needs beyond bloomctl's own dependencies, on this machine."""
+
+    needed: bool  # its source, or its build, needs an optional dependency at all
+    missing: MissingExtra | None = None  # the first one that is not installed here
+    unknown: str | None = None  # why what it needs cannot be told here
+
+
+def extras_of(decl: Declared, environ: dict[str, str] | None = None) -> Extras:
+    """The optional dependencies a rebuild of ``decl`` needs, checked here: pyarrow for Parquet,
+    numpy for ``rebuild.build = "client"``, the driver of a SQL source's URL (read from its
+    variable: when that is not set, the driver cannot be told). A CSV source needs none."""
+    from bloomctl import extras
+
+    if not decl.source:
+        return Extras(False)
+    features = [extras.PARQUET] if "parquet" in decl.source else []
+    if decl.rebuild.get("build") == "client":
+        features.append(extras.CLIENT_BUILD)
+    for feature in features:
+        problem = extras.missing(feature)
+        if problem is not None:
+            return Extras(True, problem)
+    if "sql" not in decl.source:
+        return Extras(bool(features))
+    env = os.environ if environ is None else environ
+    variable = decl.source.get("db_url_env")
+    url = env.get(variable) if variable else None
+    if not url:
+        return Extras(True, unknown=f"${variable} is not set here: which database driver it needs is not known")
+    from bloomctl.sources.sql import missing_for
+
+    return Extras(True, missing_for(url))
+
+
 def declared_recipe(decl: Declared) -> str | None:
     """The item recipe the metadata of a filter rebuilt from the declared source records."""
     if not decl.source:
@@ -172,9 +209,9 @@ def rebuild_values(decl: Declared) -> dict[str, Any]:
         if name in decl.rebuild:
             values[name] = decl.rebuild[name]
     if "client_memory" in values:
-        from bloomctl.sizing.bloom import parse_count
+        from bloomctl.sizing.bloom import parse_size
 
-        values["client_memory"] = parse_count(values["client_memory"])
+        values["client_memory"] = parse_size(values["client_memory"])
     if "verify" in decl.rebuild:
         values["verify_mode"] = decl.rebuild["verify"]
     return {name: value for name, value in values.items() if value is not None}

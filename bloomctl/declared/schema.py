@@ -33,7 +33,7 @@ _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 Problem = tuple[tuple[str, ...], str]  # the path of a key in the file, and what is wrong there
 
 # --- what each key may hold ---------------------------------------------------------------------
-# A kind: "str", "int", "number", "bool", "ratio" (0 < x < 1, or "1%"), "count" (an int, or "1M"),
+# A kind: "str", "int", "number", "bool", "ratio" (0 < x < 1, or "1%"), "count" (an int, or "1M"), "size" (bytes: "1gb"),
 # "count|auto", "duration" ("24h"), ("choice", values), ("range", "int" or "number", low, high)
 # (high None: no bound; a low given as a float excludes itself), or a nested table (a dict of keys).
 
@@ -82,7 +82,7 @@ REBUILD: dict[str, Kind] = {
     "build": ("choice", ("auto", "client", "server")),
     "jobs": _range("int", 1, MAX_JOBS),
     "split_column": "str",
-    "client_memory": "count",
+    "client_memory": "size",
     "batch_size": _range("int", 1),
     "max_rate": _range("number", _OPEN_ZERO),
     "lock_wait": _range("number", 0, MAX_LOCK_WAIT_SECONDS),
@@ -189,7 +189,7 @@ def _check_range(kind: Kind, value: Any) -> str | None:
 
 def _check_parsed(kind: Kind, value: Any) -> str | None:
     """The kinds whose values are parsed as the command line parses them: ratio, count, duration."""
-    from bloomctl.sizing.bloom import parse_count, parse_error_rate
+    from bloomctl.sizing.bloom import parse_count, parse_error_rate, parse_size
 
     if isinstance(value, bool):
         return "must be a number, not true or false"
@@ -198,6 +198,8 @@ def _check_parsed(kind: Kind, value: Any) -> str | None:
             parse_error_rate(value)
         elif kind == "count":
             parse_count(value)
+        elif kind == "size":
+            parse_size(value)
         elif kind == "count|auto":
             if value != "auto":
                 parse_count(value)
@@ -292,6 +294,16 @@ def _schema_of(kind: Kind) -> dict[str, Any]:
             ]
         },
         "count": count,
+        # bytes, as redis.conf writes them (1gb = 2^30, 1g = 10^9) or as bloomctl prints them (1GiB)
+        "size": {
+            "oneOf": [
+                {"type": "integer", "minimum": 1},
+                {
+                    "type": "string",
+                    "pattern": r"^\s*[0-9][0-9_.]*([eE][+-]?[0-9]+)?\s*([kmgtKMGT]([bB]|[iI][bB])?|[bB])?\s*$",
+                },
+            ]
+        },
         "count|auto": {"oneOf": [*count["oneOf"], {"const": "auto"}]},
         "duration": {
             "oneOf": [

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from bloomctl import extras
 from bloomctl.distributed.frame import FrameSource, first_line, shown
 from bloomctl.errors import ConnectionFailed, SourceError, UsageError
 from bloomctl.rebuild.build.spec import BuildSpec, Part, merge_all
@@ -19,25 +20,23 @@ from bloomctl.rebuild.options import Events, RebuildReport
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     import pyarrow as pa
 
-INSTALL_HINT = "Dask builds need dask[distributed]: pip install 'redis-bloomctl[dask]'"
 CONNECT_TIMEOUT = "10s"  # a scheduler that does not answer: one line, not a 30 s wait and a traceback
 
 
 def _modules() -> tuple[Any, Any]:
-    try:
-        import dask
-        import dask.dataframe as dd
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
+    extras.require(extras.DASK)
+    import dask
+    import dask.dataframe as dd
+
     return dask, dd
 
 
 def frame_source(frame: Any, *, description: str | None = None, **recipe: str | None) -> FrameSource:
     """A Dask DataFrame as a rebuild's source; its columns keep their Arrow types where it has them
     (``dd.read_parquet(..., dtype_backend="pyarrow")``)."""
+    _modules()
     import pyarrow as pa
 
-    _modules()
     schema = pa.Schema.from_pandas(frame._meta, preserve_index=False)
 
     def rows() -> int:
@@ -94,10 +93,9 @@ class DaskEngine:
     def _connect(self) -> None:
         """A client for ``scheduler``, made once (Dask's default from then on)."""
         if self.client is None and self.scheduler is not None:
-            try:
-                from distributed import Client
-            except ImportError:
-                raise UsageError(INSTALL_HINT) from None
+            extras.require(extras.DASK_CLUSTER)
+            from distributed import Client
+
             try:
                 self.client = Client(self.scheduler, timeout=CONNECT_TIMEOUT)
             except (OSError, TimeoutError, ValueError) as exc:

@@ -14,8 +14,9 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from bloomctl import extras
 from bloomctl.distributed.frame import FrameSource, first_line, shown
-from bloomctl.errors import ConnectionFailed, SourceError, UsageError
+from bloomctl.errors import ConnectionFailed, MissingExtra, SourceError, UsageError
 from bloomctl.rebuild.build.spec import BuildSpec, Part, arrow_batches, merge_all, parts_of
 from bloomctl.rebuild.options import Events, RebuildReport
 
@@ -23,16 +24,14 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-INSTALL_HINT = "Spark builds need pyspark: pip install 'redis-bloomctl[spark]'"
 PART_SCHEMA = "kind string, member int, offset bigint, data binary, key double"  # ``spec.arrow_schema``'s
 READ_ROWS = 65536  # rows per record batch where the driver reads the DataFrame itself
 
 
 def _session_builder() -> SparkSession.Builder:
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
+    extras.require(extras.SPARK)
+    from pyspark.sql import SparkSession
+
     return SparkSession.builder
 
 
@@ -120,8 +119,8 @@ class SparkEngine:
                     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # what pyspark's context reads
             try:
                 self.spark = builder.getOrCreate()
-            except ImportError as exc:  # Spark Connect's grpcio, pandas
-                raise UsageError("%s (for Spark Connect: pip install 'pyspark[connect]')", str(exc)) from None
+            except ImportError as exc:  # Spark Connect's grpcio: pyspark's own extra, not one of ours
+                raise MissingExtra("%s (for Spark Connect: pip install 'pyspark[connect]')", first_line(exc)) from None
             except Exception as exc:  # a master or remote that is wrong or does not answer
                 where = shown(self.remote or self.master or "local[*]")
                 raise ConnectionFailed("cannot start Spark on %s: %s", where, shown(first_line(exc))) from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bloomctl import backends
 from bloomctl.backends import AUTO
-from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO
+from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO, MAX_SHARDS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.guards import SwapGuards
@@ -66,16 +66,44 @@ def reserve(
     """Create the filter ``key`` (or, with ``shards``, a sharded filter splitting ``plan``'s capacity),
     after every check; ``dry_run`` makes the checks and creates nothing. With ``if_not_exists``, a
     filter created with the same parameters is accepted unchanged (``created`` is False)."""
-    if shards is None:
-        return reserve_single(
-            client, server, key, plan, if_not_exists=if_not_exists, backend=backend, force=force, dry_run=dry_run
-        )
+    from bloomctl.backends.bitmap import TooLarge
+
+    try:
+        if shards is None:
+            return reserve_single(
+                client, server, key, plan, if_not_exists=if_not_exists, backend=backend, force=force, dry_run=dry_run
+            )
+        if not isinstance(plan, Plan):
+            raise UsageError("cuckoo filters are not sharded: leave out `shards`")
+        chosen = backends.choose(server, backend)
+        if if_not_exists and (existing := existing_sharded(client, key, plan, shards, chosen.name)) is not None:
+            return ReserveResult(created=False, state=None, backend=chosen.name, manifest=existing, existing=True)
+        return reserve_sharded(client, server, key, plan, shards, backend=chosen.name, force=force, dry_run=dry_run)
+    except TooLarge as exc:
+        raise too_large(plan, shards, exc) from None
+
+
+def too_large(plan: Plan | CuckooPlan, shards: int | None, exc: UsageError) -> UsageError:
+    """A bitmap filter (or shard) past the 512 MB string limit: how many shards would each fit."""
+    from bloomctl.backends.bitmap import Bitmap
+    from bloomctl.sizing.bloom import shard_plan
+
     if not isinstance(plan, Plan):
-        raise UsageError("cuckoo filters are not sharded: leave out `shards`")
-    chosen = backends.choose(server, backend)
-    if if_not_exists and (existing := existing_sharded(client, key, plan, shards, chosen.name)) is not None:
-        return ReserveResult(created=False, state=None, backend=chosen.name, manifest=existing, existing=True)
-    return reserve_sharded(client, server, key, plan, shards, backend=chosen.name, force=force, dry_run=dry_run)
+        return exc
+    bitmap = backends.get(Bitmap.name)
+    for more in range((shards or 1) + 1, MAX_SHARDS + 1):
+        try:
+            bitmap.check_plan(shard_plan(plan, more))
+        except UsageError:
+            continue
+        each = f"each of the {shards} shards" if shards else "it"
+        return UsageError(
+            "%s would need more than Redis's 512 MB string limit (a bitmap filter is one string): give `shards` %s "
+            "or more, lower `capacity` or raise `error_rate`",
+            each,
+            more,
+        )
+    return exc
 
 
 def describe(client: RedisClient, key: str | bytes, *, exact: bool = False) -> Description | ShardedDescription:
@@ -104,9 +132,13 @@ class SwapResult:
         return self.manifest is not None
 
 
+class NotConfirmed(StateConflict):
+    """The user answered no: the swap (or the command) did not happen."""
+
+
 def _confirmed(confirm: Confirm | None, question: str) -> None:
     if confirm is not None and not confirm(question):
-        raise StateConflict("not confirmed: nothing changed")
+        raise NotConfirmed("not confirmed: nothing changed")
 
 
 def swap(

@@ -14,11 +14,11 @@ application's deletes asks which items the standby holds.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from bloomctl import extras
 from bloomctl.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover - numpy is loaded only where it is installed
@@ -47,7 +47,7 @@ class Seen:
         self.limit = memory_limit
         self.items = 0  # distinct
         self.duplicates = 0
-        self._numpy = importlib.util.find_spec("numpy") is not None
+        self._numpy = extras.available(extras.CLIENT_BUILD)
         self._digests: set[bytes] = set()
         self._runs: list[tuple[Words, Words]] = []  # each run's first words sorted, its second words in their order
         self._key = os.urandom(16)  # a digest no source can aim collisions at

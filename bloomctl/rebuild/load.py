@@ -7,13 +7,13 @@ since the load started, minus a clock skew, so rows written during the load are 
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from bloomctl import extras
 from bloomctl.backends import Backend
 from bloomctl.defaults import CLIENT_BATCH
 from bloomctl.lifecycle.standby import Standbys
@@ -42,7 +42,7 @@ def new_reservoir(settings: LoadSettings) -> Sample | None:
     drawn with numpy where it is installed (ten times cheaper per batch)."""
     if settings.sample <= 0:
         return None
-    if importlib.util.find_spec("numpy") is not None:
+    if extras.available(extras.CLIENT_BUILD):  # (a numpy that does not import: the pure-Python reservoir)
         return KeyedReservoir(settings.sample, settings.seed)
     return Reservoir(settings.sample, random.Random(settings.seed))
 

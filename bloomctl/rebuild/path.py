@@ -4,18 +4,19 @@
 installed, the server can load and dump chunks (RedisBloom), the bits fit ``client_memory``, a
 scaling filter's source can be read again should it outgrow one link, and the compatibility
 probe (``bloomctl.rebuild.build.probe``) finds the client's bits equal to the server's. Otherwise the
-server path, and the reason, which the log states. ``client`` turns each reason into an error.
+server path, and the reason, which the log states. ``client`` turns each reason into an error;
+numpy missing, the error that names the extra to install.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bloomctl import extras
 from bloomctl.backends import Backend
 from bloomctl.defaults import AUTO
 from bloomctl.errors import UnsupportedServer
 from bloomctl.lifecycle.standby import Targets
-from bloomctl.rebuild import build
 from bloomctl.rebuild.settings import LoadSettings
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
@@ -51,8 +52,11 @@ def choose(
         return Path("server")
     if not backend.client_buildable:  # where each item lands depends on the others: only the server knows
         return _server("cuckoo filters are built on the server", settings)
-    if not build.available():
-        return _server("numpy is not installed (pip install '.[fast]' in bloomctl's checkout)", settings)
+    missing = extras.missing(extras.CLIENT_BUILD)
+    if missing is not None:
+        if settings.engine is not None or settings.build == "client":
+            raise missing
+        return Path("server", str(missing))  # auto: the server builds it all the same
     from bloomctl.rebuild.build.client import scheme_for
 
     needed = scheme_for(backend.name).SERVER_COMMANDS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from bloomctl import backends
+from bloomctl import backends, extras
 from bloomctl.backends import AUTO, BLOOM, CUCKOO, Backend, CuckooState, FilterState
 from bloomctl.backends.base import AnyPlan
 from bloomctl.defaults import MAX_CATCHUP_SKEW, MAX_HEADROOM, MAX_JOBS, MAX_LOCK_WAIT_SECONDS
@@ -88,6 +88,8 @@ def check_options(source: Source, options: RebuildOptions) -> None:
     """The options on their own and against the source; then the source itself (its header or
     query columns against the column or template)."""
     native()  # a wrong BLOOMCTL_KERNEL is refused here, not once the standby exists
+    if options.build == "client" or options.engine is not None or options.jobs > 1:  # numpy: before the standby exists
+        extras.require(extras.CLIENT_BUILD)
     if options.batch_size is not None and options.batch_size < 1:
         raise UsageError("`batch_size` must be at least 1, got %s", options.batch_size)
     if options.max_rate is not None and not (options.max_rate > 0 and math.isfinite(options.max_rate)):

@@ -53,6 +53,50 @@ def parse_count(text: str | int, what: str = "capacity") -> int:
     return int(value)
 
 
+# Byte sizes mean what redis.conf means (memtoull in Redis's util.c, case-insensitive): k, m and g
+# are powers of 1000, kb, mb and gb powers of 1024, and b is a byte. A count's b is a billion, so the
+# two parsers must never share a table. t and tb extend Redis's list in its own pattern, and the IEC
+# names are what bloomctl itself prints (human_bytes).
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 2**10,
+    "m": 10**6,
+    "mb": 2**20,
+    "g": 10**9,
+    "gb": 2**30,
+    "t": 10**12,
+    "tb": 2**40,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9_]*)?(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.I)
+SIZE_EXAMPLES = "1073741824, 512mb, 1gb, 1GiB, 500M"
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse a byte size as redis.conf spells it: ``1gb`` is 2**30 bytes and ``1g`` is 10**9;
+    also ``1GiB``, ``1_000_000`` and ``1e9``."""
+    if isinstance(text, int):
+        value: float = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in SIZE_UNITS:
+            raise UsageError("%s %r is not a size in bytes (examples: %s)", what, text, SIZE_EXAMPLES)
+        value = float(match.group(1).replace("_", "")) * SIZE_UNITS[unit]
+    if not math.isfinite(value) or value >= 2**63:
+        raise UsageError("%s %r is too large", what, text)
+    if value != int(value):
+        raise UsageError("%s %r is not a whole number of bytes", what, text)
+    if value < 1:
+        raise UsageError("%s must be at least 1 byte, got %r", what, text)
+    return int(value)
+
+
 # The server lines bloomctl plans for: Redis 8 (Bloom filters built in, RedisBloom 8), RedisBloom
 # 2.x as a module (Redis 6/7, Redis Stack), and the module-free bitmap backend.
 SERVER_LINES = ("redis8", "redisbloom2", "bitmap")

@@ -15,13 +15,13 @@ KeyboardInterrupt, would only run once the call returned).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from bloomctl import extras
 from bloomctl.sources.arrow_items import items_of
 from bloomctl.sources.arrow_values import binary_scalar
 from bloomctl.sources.base import STOP_WAIT, ItemFormatter, SourceStats, cancellable
@@ -43,10 +43,11 @@ T = TypeVar("T")
 
 
 def available(dialect: str, params: dict[str, Any]) -> bool:
-    """PostgreSQL, no bound parameters, and the driver installed."""
+    """PostgreSQL, no bound parameters, and the driver installed (one that does not import leaves
+    the query to SQLAlchemy's path)."""
     if dialect != "postgresql" or params:
         return False
-    return all(importlib.util.find_spec(name) is not None for name in ("adbc_driver_postgresql", "pyarrow"))
+    return extras.available(extras.ADBC)
 
 
 def uri_of(url: UrlParts) -> str:
@@ -185,7 +186,13 @@ def literal(value: Any) -> str | None:
 
 def exact(fmt: ItemFormatter, kinds: list[str]) -> bool:
     """Whether every column the recipe uses has a type this path renders as the cursor path does."""
-    return all(kinds[i] in EXACT_TYPES for i in (fmt.indexes or [fmt.index]))
+    return inexact(fmt, kinds) is None
+
+
+def inexact(fmt: ItemFormatter, kinds: list[str]) -> int | None:
+    """The first column the recipe uses whose type this path does not render as the cursor path
+    does (its position); None when there is none."""
+    return next((i for i in (fmt.indexes or [fmt.index]) if kinds[i] not in EXACT_TYPES), None)
 
 
 def batches(

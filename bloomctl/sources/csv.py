@@ -16,7 +16,6 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
-import importlib.util
 import mmap
 import os
 import re
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import IO, Any, NamedTuple
 
+from bloomctl import extras
 from bloomctl.defaults import DEFAULT_DELIMITER, DEFAULT_ENCODING, DEFAULT_SKIP_BAD_ROWS
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_errors import Unsure
@@ -379,7 +379,8 @@ class CsvSource:
         reader, since a switch to it part-way would need to read the start again."""
         if not self.rewindable or self.codec not in UTF8 or len(self.delimiter.encode()) != 1:
             return False  # (ASCII too: pyarrow would not refuse a byte over 127)
-        return importlib.util.find_spec("pyarrow") is not None and importlib.util.find_spec("numpy") is not None
+        # (imported, not only found: an install that does not import reads through the csv module)
+        return extras.available(extras.PARQUET) and extras.available(extras.CLIENT_BUILD)
 
     def _arrow_items(self) -> Iterator[Any]:
         from bloomctl.sources import arrow_csv

@@ -9,19 +9,17 @@ over text columns).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from bloomctl import extras
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_items import formatter_for, render
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, item_list
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: pyarrow loads when the files are read
     import pyarrow as pa
-
-INSTALL_HINT = "Parquet sources need pyarrow: pip install '.[fast]' in bloomctl's checkout"
 
 
 class ParquetSource:
@@ -32,8 +30,7 @@ class ParquetSource:
     def __init__(
         self, path: str, *, column: str | None = None, template: str | None = None, prefix: str | None = None
     ) -> None:
-        if importlib.util.find_spec("pyarrow") is None:
-            raise UsageError(INSTALL_HINT)
+        extras.require(extras.PARQUET)
         self.path = path
         self.column, self.template, self.prefix = column, template, prefix
         self.stats = SourceStats()

@@ -4,7 +4,8 @@ Rows stream through a server-side cursor (PostgreSQL text and integer columns th
 ``pgcopy``); the query can be narrowed to the rows changed since a moment, for the rebuild's
 catch-up. Where ADBC serves a PostgreSQL URL, everything (columns, count, clock, rows, the
 narrowed queries) goes through it and SQLAlchemy is never imported. Driver errors become one
-line without the password.
+line without the password; a driver that is not installed, the line naming the extra to install
+(``missing_for`` tells it from the URL alone, for the commands that check a file of filters).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable, Generator, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bloomctl.errors import SourceError, UsageError
+from bloomctl import extras
+from bloomctl.errors import MissingExtra, SourceError, UsageError, first_line
 from bloomctl.sources import adbc, pgcopy
 from bloomctl.sources.base import Batch, ItemFormatter, SourceStats, cancellable, dbapi_cancel, item_list
 from bloomctl.sources.urls import parse_db_url, redact_db_url, secrets_of
@@ -28,12 +30,20 @@ T = TypeVar("T")
 # a URL inside a driver's message (libpq quotes the whole URI it could not parse, password and all)
 _URL_IN_MESSAGE = re.compile(r"[A-Za-z][\w+.-]*://[^\s\"']*")
 
-DRIVER_HINTS = {
-    "postgresql": ("postgresql+psycopg", "psycopg", "pip install '.[postgresql]' in bloomctl's checkout"),
-    "mysql": ("mysql+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
-    "mariadb": ("mariadb+pymysql", "pymysql", "pip install '.[mysql]' in bloomctl's checkout"),
+# the drivers the postgresql and mysql extras install, for URLs that name none
+DEFAULT_DRIVERS = {
+    "postgresql": "postgresql+psycopg",
+    "postgres": "postgresql+psycopg",  # libpq's and Heroku's spelling; SQLAlchemy refuses it
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
 }
-DRIVER_HINTS["postgres"] = DRIVER_HINTS["postgresql"]  # libpq's and Heroku's spelling; SQLAlchemy refuses it
+# what SQLAlchemy's path needs, by the URL's dialect and driver; any other URL needs SQLAlchemy and
+# a driver of the user's own choosing (SQLite's is Python's), which create_engine names when missing
+SQLALCHEMY_FEATURES = {
+    ("postgresql", "psycopg"): extras.POSTGRESQL,
+    ("mysql", "pymysql"): extras.MYSQL,
+    ("mariadb", "pymysql"): extras.MYSQL,
+}
 
 
 def normalise_db_url(url: str) -> str:
@@ -49,9 +59,75 @@ def normalise_db_url(url: str) -> str:
         raise UsageError(
             "the `db_url`'s password holds an unencoded @ (%s://***@...): percent-encode it as %%40", scheme
         )
-    if scheme in DRIVER_HINTS:
-        return f"{DRIVER_HINTS[scheme][0]}://{rest}"
+    if scheme in DEFAULT_DRIVERS:
+        return f"{DEFAULT_DRIVERS[scheme]}://{rest}"
     return url
+
+
+def sqlalchemy_feature(url: str) -> str:
+    """The feature (``bloomctl.extras``) SQLAlchemy's path needs for the normalised ``url``."""
+    try:
+        parsed = parse_db_url(url)
+    except ValueError:
+        return extras.SQL  # SQLAlchemy says what is wrong with the URL
+    return SQLALCHEMY_FEATURES.get((parsed.dialect, parsed.driver), extras.SQL)
+
+
+def adbc_may_serve(url: str) -> bool:
+    """Whether ADBC, when installed, serves the normalised ``url``: PostgreSQL through one of the
+    drivers ADBC stands in for."""
+    try:
+        parsed = parse_db_url(url)
+    except ValueError:
+        return False
+    return parsed.dialect == "postgresql" and parsed.driver in adbc.DRIVERS
+
+
+def missing_for(url: str) -> MissingExtra | None:
+    """What this machine lacks to read a SQL source at ``url``, as far as the URL tells; None for
+    nothing. A PostgreSQL URL that ADBC serves needs nothing more, though a query whose item
+    columns ADBC does not read exactly (a timestamp, a UUID) still needs SQLAlchemy and psycopg:
+    the source's preflight says so, before anything is written."""
+    try:
+        url = normalise_db_url(url)
+    except UsageError:
+        return None  # the source itself words what is wrong with the URL
+    if adbc_may_serve(url) and extras.available(extras.ADBC):
+        return None
+    lacking = extras.missing(sqlalchemy_feature(url))
+    if lacking is not None:
+        return lacking
+    return _dialect_driver_missing(url)
+
+
+def _dialect_driver_missing(url: str) -> MissingExtra | None:
+    """The driver the URL's dialect imports (``mysql+mysqldb``, ``postgresql+psycopg2``), asked of
+    SQLAlchemy without connecting: an extra's own driver is checked above, another one here."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        dialect = make_url(url).get_dialect()
+    except ImportError as exc:  # SQLAlchemy has no such dialect: the source says so when it runs
+        return _driver_missing(url, exc)
+    except Exception:  # an URL SQLAlchemy cannot read: the source words it when it runs
+        return None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        return _driver_missing(url, exc)
+    return None
+
+
+def _driver_missing(url: str, exc: ImportError) -> MissingExtra:
+    """A driver the dialect imports that no extra of redis-bloomctl installs (the extras' own are
+    checked before ``create_engine``)."""
+    dialect = url.split("+")[0].split(":")[0]
+    return MissingExtra(
+        "the driver for %s is not installed (%s), and no extra of redis-bloomctl installs it: install it, "
+        "or use postgresql:// or mysql://, whose drivers the postgresql and mysql extras install",
+        dialect,
+        exc.name or first_line(exc),
+    )
 
 
 class SqlSource:
@@ -89,16 +165,13 @@ class SqlSource:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
-            try:
-                import sqlalchemy
-            except ImportError:
-                raise UsageError("SQL sources need SQLAlchemy: pip install '.[sql]' in bloomctl's checkout") from None
+            extras.require(sqlalchemy_feature(self.url))
+            import sqlalchemy
+
             try:
                 self._engine = sqlalchemy.create_engine(self.url)
-            except ImportError as exc:
-                scheme = self.url.split("+")[0].split(":")[0]
-                hint = DRIVER_HINTS.get(scheme, ("", "", "install the database driver"))[2]
-                raise UsageError("the driver for %s is not installed (%s): %s", scheme, exc.name, hint) from None
+            except ImportError as exc:  # the dialect imports its driver here
+                raise _driver_missing(self.url, exc) from None
             except Exception as exc:  # ArgumentError and friends: an unparsable URL
                 raise UsageError("invalid `db_url` %s: %s", redact_db_url(self.url), self._unparsable(exc)) from None
         return self._engine
@@ -155,7 +228,7 @@ class SqlSource:
         try:
             with self._connections(uri).connection() as connection:
                 return work(connection)
-        except (UsageError, SourceError):
+        except (UsageError, SourceError, MissingExtra):
             raise
         except Exception as exc:
             raise self._error(exc, "the query") from None
@@ -166,10 +239,11 @@ class SqlSource:
         if served is not None:
             sql = template.format(query=served[1])
             return self._through_adbc(served[0], lambda connection: adbc.scalar(connection, sql))
+        engine = self.engine  # first: a missing SQLAlchemy is the extra's line, not an import's traceback
         from sqlalchemy import text
 
         try:
-            with self.engine.connect() as conn:
+            with engine.connect() as conn:
                 return conn.execute(text(template.format(query=self.query)), {}).scalar()
         except UsageError:
             raise
@@ -184,21 +258,38 @@ class SqlSource:
             sql = columns.format(query=served[1])
             names, kinds = self._through_adbc(served[0], lambda connection: adbc.schema_of(connection, sql))
             fmt = ItemFormatter(names, self.column, self.template, self.prefix)
-            if not adbc.exact(fmt, kinds):  # psycopg's paths read these columns: their driver must load now
-                self._engine = self.engine
+            inexact = adbc.inexact(fmt, kinds)
+            if inexact is not None:  # psycopg's paths read these columns: their driver must load now
+                self._engine = self._engine_for(names[inexact], kinds[inexact])
             self.selected = names
             return
+        engine = self.engine
         from sqlalchemy import text
 
         try:
-            with self.engine.connect() as conn:
+            with engine.connect() as conn:
                 names = list(conn.execute(text(columns.format(query=self.query)), self.params).keys())
-        except (UsageError, SourceError):
+        except (UsageError, SourceError, MissingExtra):
             raise
         except Exception as exc:
             raise self._error(exc, "the query") from None
         ItemFormatter(names, self.column, self.template, self.prefix)
         self.selected = names
+
+    def _engine_for(self, column: str, kind: str) -> Engine:
+        """The engine for a column ADBC does not read exactly; without its driver, an error that
+        says which column needs it."""
+        try:
+            return self.engine
+        except MissingExtra as exc:
+            raise MissingExtra(
+                "the column %r is of type %s, which only psycopg reads exactly: " + exc.template,
+                column,
+                kind,
+                *exc.values,
+                extra=exc.extra,
+                install=exc.install,
+            ) from None
 
     selected: list[str] | None = None  # the query's column names, once ``preflight`` has run
 
@@ -302,7 +393,7 @@ class SqlSource:
                 yield from pgcopy.copy_batches(self.engine, self.query, size, *fast, self.stats)
             else:
                 yield from self._cursor_batches(size)
-        except (UsageError, SourceError, GeneratorExit):
+        except (UsageError, SourceError, MissingExtra, GeneratorExit):
             raise
         except Exception as exc:  # the driver's errors, one line each and without the password
             raise self._error(exc, "the query") from None
@@ -325,9 +416,10 @@ class SqlSource:
         return pgcopy.available(self.engine, self.params, self.template)
 
     def _cursor_batches(self, size: int) -> Iterator[list[bytes]]:
+        engine = self.engine
         from sqlalchemy import text
 
-        with self.engine.connect() as conn, cancellable(_cancel_of(conn)):
+        with engine.connect() as conn, cancellable(_cancel_of(conn)):
             result = conn.execution_options(stream_results=True, yield_per=size).execute(text(self.query), self.params)
             names = list(result.keys())
             fmt = ItemFormatter(names, self.column, self.template, self.prefix)

@@ -3,7 +3,7 @@
 For "seen recently" and de-duplication. One module per job: ``periods`` (the bucket grid and its
 labels, the server's clock), ``settings`` (the window's hash, read and checked; a new window
 planned), ``buckets`` (one bucket: is a key one, how it differs, the plan of a new one),
-``creation``, ``rotation`` and ``info``. The application's side, ``WindowedFilter``, is in
+``creation``, ``rotation`` and ``info`` (which also finds the buckets past their capacity). The application's side, ``WindowedFilter``, is in
 ``bloomctl.filters.windowed``.
 
 The names below load on first use (PEP 562), for code written as ``from bloomctl import window``
@@ -44,6 +44,9 @@ _PUBLIC = {
     "BucketInfo": "bloomctl.window.info",
     "WindowInfo": "bloomctl.window.info",
     "describe": "bloomctl.window.info",
+    "overfilled": "bloomctl.window.info",
+    "above_plan": "bloomctl.window.info",
+    "overfill_warning": "bloomctl.window.info",
     # The class lived here before the application API got its own room; old imports keep working.
     "WindowedFilter": "bloomctl.filters.windowed",
 }
@@ -76,6 +79,9 @@ __all__ = [  # noqa: RUF022 - in the order of _PUBLIC
     "BucketInfo",
     "WindowInfo",
     "describe",
+    "overfilled",
+    "above_plan",
+    "overfill_warning",
     "WindowedFilter",
 ]
 
@@ -83,7 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover - what the lazy names are, for type checke
     from bloomctl.filters.windowed import WindowedFilter
     from bloomctl.window.buckets import fitting_plan, other_parameters
     from bloomctl.window.creation import aliases, create
-    from bloomctl.window.info import BucketInfo, WindowInfo, describe
+    from bloomctl.window.info import BucketInfo, WindowInfo, above_plan, describe, overfill_warning, overfilled
     from bloomctl.window.periods import DAY, HOUR, MAX_PERIOD, MONDAY, WEEK, format_period, parse_period, server_time
     from bloomctl.window.rotation import STRAY_LOOKBACK, BucketAction, RotateReport, plan_capacity, rotate
     from bloomctl.window.settings import (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 from bloomctl import __version__, backends
@@ -26,21 +27,33 @@ def aliases(name: bytes) -> list[bytes]:
     return [c for c in candidates if c and c != name and KeyFamily.of(c).prefix == prefix]
 
 
-def create(client: RedisClient, server: ServerInfo, spec: WindowSpec, *, if_not_exists: bool = False) -> bool:
+def create(
+    client: RedisClient, server: ServerInfo, spec: WindowSpec, *, if_not_exists: bool = False, dry_run: bool = False
+) -> bool:
     """Write the window's settings (refused where the key exists, unless ``if_not_exists`` and the
-    same window is there); True when created. ``rotate`` makes its buckets."""
-    fields = replace(spec, created_at=now_utc(), created_by=f"bloomctl {__version__}").as_hash()
-    for other in aliases(spec.name):  # `X` and `{X}` would share their buckets' names
-        if backends.key_type(client, other) == b"hash" and client.hget(other, "bloomctl_window"):
-            raise StateConflict(
-                "window %r exists, and its buckets' names (%r) are those %r would have: choose another name",
-                to_display(other),
-                to_display(spec.prefix) + ":...",
-                to_display(spec.name),
-            )
-    _refuse_leftovers(client, server, spec)
-    if create_hash(client, spec.name, fields):
-        return True
+    same window is there); True when created. ``rotate`` makes its buckets. ``dry_run``: every
+    check, nothing written (True: it would be created)."""
+    from bloomctl.backends.library import installs_nothing
+
+    with installs_nothing() if dry_run else contextlib.nullcontext():
+        for other in aliases(spec.name):  # `X` and `{X}` would share their buckets' names
+            if backends.key_type(client, other) == b"hash" and client.hget(other, "bloomctl_window"):
+                raise StateConflict(
+                    "window %r exists, and its buckets' names (%r) are those %r would have: choose another name",
+                    to_display(other),
+                    to_display(spec.prefix) + ":...",
+                    to_display(spec.name),
+                )
+        _refuse_leftovers(client, server, spec)
+        if dry_run:
+            return backends.key_type(client, spec.name) == b"none" or _exists(client, spec, if_not_exists)
+        fields = replace(spec, created_at=now_utc(), created_by=f"bloomctl {__version__}").as_hash()
+        return create_hash(client, spec.name, fields) or _exists(client, spec, if_not_exists)
+
+
+def _exists(client: RedisClient, spec: WindowSpec, if_not_exists: bool) -> bool:
+    """Where the window's key is taken: False when it is this same window and ``if_not_exists``
+    allows that; StateConflict otherwise."""
     if backends.key_type(client, spec.name) == b"hash" and client.hget(spec.name, "bloomctl_window"):
         existing = read_window(client, spec.name)
         same = replace(existing, created_at="", created_by="") == replace(spec, created_at="", created_by="")

@@ -8,6 +8,7 @@ from typing import Any
 from bloomctl import backends
 from bloomctl.keys import to_display
 from bloomctl.server.client import RedisClient
+from bloomctl.sizing.bloom import format_rate
 from bloomctl.window.buckets import holds
 from bloomctl.window.periods import iso, server_time
 from bloomctl.window.settings import WindowSpec, read_window
@@ -24,6 +25,22 @@ class BucketInfo:
     state: Any = None  # FilterState, None: missing
     ttl_seconds: float | None = None
 
+    @property
+    def over_capacity(self) -> bool:
+        """Holds more items than its capacity. A bitmap bucket keeps taking items and a scaling
+        RedisBloom one grows, so past it the bucket's false-positive rate climbs above the window's."""
+        return self.state is not None and self.state.items > self.state.reserved_capacity
+
+    def describe_fill(self) -> str:
+        """``'{w}:2026-12-03' holds 1,928 items, 192.8% of its capacity 1,000 (est. FPR 13.96%)``:
+        the share of the capacity it was made with (a grown filter's total capacity is larger)."""
+        state = self.state
+        share = state.items / state.reserved_capacity if state.reserved_capacity else 0.0
+        return (
+            f"{to_display(self.key)!r} holds {state.items:,} items, {share:.1%} of its capacity "
+            f"{state.reserved_capacity:,} (est. FPR {format_rate(state.estimated_fpr)})"
+        )
+
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "label": self.label,
@@ -33,6 +50,7 @@ class BucketInfo:
             "end": iso(self.end),
             "exists": self.state is not None,
             "ttl_seconds": self.ttl_seconds,
+            "over_capacity": self.over_capacity,
         }
         if self.state is not None:
             data.update(
@@ -69,6 +87,11 @@ class WindowInfo:
     def current_missing(self) -> bool:
         return any(b.role == "current" and b.state is None for b in self.buckets)
 
+    @property
+    def warnings(self) -> list[str]:
+        """One line per bucket past its capacity, with what to do about it."""
+        return [overfill_warning(self, bucket) for bucket in overfilled(self)]
+
     def as_dict(self) -> dict[str, Any]:
         return {
             **self.spec.as_dict(),
@@ -78,7 +101,40 @@ class WindowInfo:
             "items": sum(b.state.items for b in self.lookup_buckets if b.state is not None),
             "combined_fpr": self.combined_fpr,
             "buckets": [b.as_dict() for b in self.buckets],
+            "warnings": self.warnings,
         }
+
+
+def overfilled(info: WindowInfo) -> list[BucketInfo]:
+    """The buckets of a window that hold more items than the capacity they were made with: a
+    bitmap bucket's lookups are then above the planned rate until it leaves the window
+    (``above_plan``); a scaling bucket grew a sub-filter, the day busier than planned."""
+    return [bucket for bucket in info.buckets if bucket.over_capacity]
+
+
+def above_plan(info: WindowInfo, bucket: BucketInfo) -> bool:
+    """A bucket whose estimated false-positive rate is above the rate the window was planned for:
+    a bitmap bucket past its capacity. A scaling bucket that grew a sub-filter may still be within
+    it (its rate then only tends toward the compound bound)."""
+    planned = info.spec.error_rate
+    state = bucket.state
+    return state is not None and bucket.over_capacity and (planned is None or state.estimated_fpr > planned)
+
+
+def overfill_warning(info: WindowInfo, bucket: BucketInfo) -> str:
+    """What a bucket past its capacity means for lookups, and what sizes the coming buckets right."""
+    if info.spec.capacity is None:
+        remedy = "rotations size new buckets from its count; the buckets already made ahead keep theirs"
+    else:
+        remedy = "the window's capacity is fixed: make a window with a larger capacity, or capacity auto"
+    if above_plan(info, bucket):
+        meaning = "a lookup's false-positive rate is above plan until it leaves the window"
+    else:
+        meaning = (
+            f"it grew past the capacity it was planned for (its rate stays within the planned "
+            f"{format_rate(info.spec.error_rate or 0)} so far)"
+        )
+    return f"{bucket.describe_fill()}: {meaning}; {remedy}"
 
 
 def describe(client: RedisClient, name: str | bytes, *, now: float | None = None) -> WindowInfo:

@@ -36,6 +36,7 @@ class BucketAction:
     action: str  # created, kept, missing (a past bucket never made), expired (outside the window), foreign (not the window's filter)
     expire_at: int | None = None
     capacity: int | None = None
+    size_bytes: int | None = None  # a bucket created: what it holds in memory, empty
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class BucketAction:
             "action": self.action,
             "expire_at": iso(self.expire_at),
             "capacity": self.capacity,
+            "size_bytes": self.size_bytes,
         }
 
 
@@ -105,16 +107,20 @@ def rotate(
     dry_run: bool = False,
     now: float | None = None,
     remove_strays: bool = True,
+    spec: WindowSpec | None = None,
 ) -> RotateReport:
     """Make the current bucket and the next ``ahead`` ones where missing (EXPIREAT set with each),
     set every bucket's EXPIREAT, and remove buckets left outside the window. Idempotent; two runs
     at once do no harm (a bucket is created once, the expiry is the same). A key at a bucket's name
     that is not the window's kind of filter is never touched: reported, and (the current or a coming
     bucket) an error once every other bucket is done. ``remove_strays`` False (``apply``, which
-    only creates) leaves buckets outside the window where they are."""
+    only creates) leaves buckets outside the window where they are. ``spec``: the settings to rotate
+    with instead of those stored at ``name`` (a dry run of ``window create``, before they exist)."""
     from bloomctl.backends.library import installs_nothing
 
-    spec = read_window(client, name)
+    if spec is not None and not dry_run:  # settings never written: a dry run may plan with them, not write
+        raise ValueError("rotate(spec=...) is for a dry run only: create the window first")
+    spec = spec if spec is not None else read_window(client, name)
     backend = backends.get(spec.backend)
     with installs_nothing() if dry_run else contextlib.nullcontext():
         moment = now if now is not None else server_time(client, spec.name)
@@ -174,12 +180,13 @@ def _bucket(
             action.action, action.expire_at = "missing", None
             return action
         action.action, action.capacity = "created", the_plan.capacity
+        action.size_bytes = backend.size_bytes(the_plan)
         if dry_run:
             return action
         try:
             backend.reserve(client, key, the_plan)
         except StateConflict:  # another rotation made it a moment ago
-            action.action, action.capacity = "kept", None
+            action.action, action.capacity, action.size_bytes = "kept", None, None
         except Exception as exc:
             from bloomctl.lifecycle.standby import is_out_of_memory
 
