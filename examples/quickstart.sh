@@ -11,6 +11,8 @@
 # script exits 1 and prints the server's log to stderr.
 # When no Python on hand can import bloomctl, the script installs this checkout into .venv at the
 # repository's root (python3 -m venv .venv; pip install -e .) and says so.
+# Headings are bold only on a terminal and never with NO_COLOR set (https://no-color.org), as
+# bloomctl's own output is: piped or logged, the tour is plain text.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -84,7 +86,8 @@ if [ -z "$started" ]; then
 fi
 export BLOOMCTL_URL="redis://127.0.0.1:$port/0"
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
+step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; }
 run() { step "bloomctl $*"; "${bloomctl[@]}" "$@"; }
 add_items() {  # the application's writes, through bloomctl's library: add_items KEY FIRST LAST
   "$python" - "$port" "$@" <<'PY'
@@ -107,14 +110,14 @@ else
 fi
 
 run plan --capacity 1M --error-rate 1% --items 3M --format table
-run reserve users --capacity 100k --error-rate 1% --format table
+run reserve users --capacity 100k --error-rate 1% --format table --yes
 step "(the application adds user:0 ... user:89999)"
 add_items users 0 90000
 run info users --format table
 run fill-ratio users --warn 0.8 --max 0.95 || true
 
 step "(a rebuilt, bigger filter appears as the standby {users}:standby; bloomctl rebuild will do this)"
-"${bloomctl[@]}" reserve '{users}:standby' --capacity 200k --error-rate 1% --format json >/dev/null
+"${bloomctl[@]}" reserve '{users}:standby' --capacity 200k --error-rate 1% --format json --yes >/dev/null
 add_items '{users}:standby' 0 100000
 run swap users --keep-old 600 --yes
 run fill-ratio users --format text
@@ -122,7 +125,7 @@ run rollback users --yes
 run info users --format json
 
 step "(a cuckoo filter: items can be deleted again; the application adds 5,000 sessions and ends 1,000)"
-run reserve sessions --type cuckoo --capacity 10k --bucket-size 4 --format table
+run reserve sessions --type cuckoo --capacity 10k --bucket-size 4 --format table --yes
 "$python" - "$port" <<'PY'
 import sys
 import redis
@@ -136,13 +139,13 @@ run info sessions --format table
 run fill-ratio sessions || true
 
 step "(a time-windowed filter: one bucket a day, the last 3 looked up together, old ones expiring)"
-run window create recent --period 1d --keep 3 --capacity auto --min-capacity 1k --error-rate 1%
+run window create recent --period 1d --keep 3 --capacity auto --min-capacity 1k --error-rate 1% --yes
 "$python" - "$port" <<'PY'
 import sys
 import redis
 from bloomctl import WindowedFilter
 recent = WindowedFilter(redis.Redis(port=int(sys.argv[1])), "recent")
-recent.madd([f"event:{i}" for i in range(2000)])
+recent.madd([f"event:{i}" for i in range(700)])  # 70% of the bucket (past 100%, window info would warn)
 print("event:7 seen recently:", recent.exists("event:7"), "- event:9999:", recent.exists("event:9999"))
 PY
 run window info recent --format table

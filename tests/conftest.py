@@ -21,6 +21,16 @@ def server(request):
     return request.getfixturevalue(request.param)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The processes the tests start read no terminal: bloomctl asks before it replaces or creates
+    a live filter when stdin is one (bloomctl.cli.confirm), and a suite run from a developer's
+    shell would hang at that question. The test that means to ask gives its own pseudo-terminal."""
+    if os.isatty(0) and not (config.getoption("usepdb") or config.getoption("trace")):  # (pdb reads the terminal)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+
+
 # The exit code of the run, kept for pytest_unconfigure below.
 _EXIT_STATUS: list[int] = []
 

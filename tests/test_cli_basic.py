@@ -166,7 +166,7 @@ def test_a_declared_rebuild_starts_from_the_rebuild_commands_own_defaults(monkey
         rebuild_command.make_context("rebuild", ["-"], parent=root) as ctx,
     ):
         parsed = dict(ctx.params)
-    for name in ("key", "all_filters", "due", "output_format", "metrics_file"):
+    for name in ("key", "all_filters", "due", "output_format", "metrics_file", "yes"):  # the command line's own
         parsed.pop(name)
     defaults = rebuild_defaults()
     assert defaults == parsed

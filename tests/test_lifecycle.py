@@ -208,11 +208,11 @@ def test_swap_custom_standby_must_share_the_slot_on_a_cluster(pair):
 
 
 def test_swap_asks_on_a_terminal(pair, monkeypatch):
-    import bloomctl.cli.cutover as cutover
+    import bloomctl.cli.confirm as confirm
 
     target, _ = pair
     before = target.card("users")
-    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    monkeypatch.setattr(confirm, "stdin_is_tty", lambda: True)
     refused = target.cli("swap", "users", input="n\n")
     assert refused.exit_code == 5 and "not confirmed" in refused.stderr
     assert target.card("users") == before

@@ -289,7 +289,7 @@ def test_rollback_takes_the_lock_and_asks_on_a_terminal(target, monkeypatch):
     """(#10 item 19, found by mutation testing) A rollback that skipped the filter's lock, or its
     question on a terminal, passed every test. While another run holds the lock, rollback exits 6
     and moves nothing; on a terminal, "n" leaves the filters as they were; "y" rolls back."""
-    import bloomctl.cli.cutover as cutover
+    import bloomctl.cli.confirm as confirm
 
     family = active_and_standby(target, 100, 200)
     assert target.cli("swap", "users", "--yes", "--keep-old", "600").exit_code == 0
@@ -299,7 +299,7 @@ def test_rollback_takes_the_lock_and_asks_on_a_terminal(target, monkeypatch):
     assert target.card("users") == 200 and target.card(family.old) == 100
     assert target.client.get(family.lock) == THIEF.encode()
     target.client.delete(family.lock)
-    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    monkeypatch.setattr(confirm, "stdin_is_tty", lambda: True)
     refused = target.cli("rollback", "users", input="n\n")
     assert refused.exit_code == 5 and "not confirmed" in refused.stderr, refused.stderr
     assert "Roll 'users' back to '{users}:old'?" in refused.stderr

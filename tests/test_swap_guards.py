@@ -101,7 +101,7 @@ def test_the_librarys_guards_are_refused_before_anything_is_taken(target, guards
 def test_a_sharded_swap_honours_allow_shrink_and_asks_on_a_terminal(target, tmp_path, monkeypatch):
     """(#10 item 19, found by mutation testing) A sharded swap that dropped --allow-shrink (every
     member then refused) or its question on a terminal passed every test."""
-    import bloomctl.cli.cutover as cutover
+    import bloomctl.cli.confirm as confirm
 
     args = ["-c", "9000", "-e", "1%", "--shards", "3", "--nonscaling"]
     for rows, extra in ((3000, ["--swap"]), (300, [])):
@@ -113,7 +113,7 @@ def test_a_sharded_swap_honours_allow_shrink_and_asks_on_a_terminal(target, tmp_
     before = sum(target.card(member) for member in manifest.members)
     shrink = target.cli("swap", "users", "--yes")
     assert shrink.exit_code == 5 and "--allow-shrink" in shrink.stderr, shrink.stderr
-    monkeypatch.setattr(cutover, "stdin_is_tty", lambda: True)
+    monkeypatch.setattr(confirm, "stdin_is_tty", lambda: True)
     refused = target.cli("swap", "users", "--allow-shrink", input="n\n")
     assert refused.exit_code == 5 and "Swap the 3 shard standbys of 'users' in?" in refused.stderr, refused.stderr
     assert "not confirmed" in refused.stderr and sum(target.card(m) for m in manifest.members) == before

@@ -77,7 +77,7 @@ def test_restore_without_swap_fills_the_standby_and_swap_takes_it(target):
     target.add("live", ITEMS[:400])
     result = restore(target, "live", data)
     assert result.exit_code == 0, result.stderr
-    assert "bloomctl swap live" in result.stdout
+    assert f"`bloomctl --url {target.url} swap live`" in result.stdout
     assert target.card("live") == 400  # untouched until the swap
     swapped = target.cli("swap", "live", "--yes")
     assert swapped.exit_code == 0, swapped.stderr

@@ -477,7 +477,8 @@ def main(
 
     \b
     Exit codes: 0 ok, 1 check failed, 2 usage, 3 connection/server, 4 unsupported server,
-    5 state conflict, 6 lock held, 7 verification failed, 8 source error, 70 internal error,
+    5 state conflict (or a "no" at a prompt), 6 lock held, 7 verification failed, 8 source error,
+    9 an optional dependency missing (the line names the extra), 70 internal error,
     130 interrupted, 143 terminated (SIGTERM).
     """
     given = {  # on the command line itself: these win over a config file's profiles
@@ -498,6 +499,8 @@ def main(
     }
     output = Output(quiet=quiet, log_format=log_format, verbose=verbose, debug=debug)
     app = AppContext(output, config=config, overrides=given, **connection)
+    app.config_given = ctx.get_parameter_source("config") == click.core.ParameterSource.COMMANDLINE
+    output.hints = app.hints
     ctx.obj = app
     ctx.call_on_close(app.close)
 

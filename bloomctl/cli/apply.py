@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bloomctl.cli.confirm import ask, confirmer
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option
+from bloomctl.cli.options import format_option, yes_option
 from bloomctl.cli.render import emit_json, to_flags
 from bloomctl.errors import BloomctlError, ExitCode
 
@@ -23,22 +24,24 @@ SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "confli
 @click.command("apply")
 @click.argument("names", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print what would be created; change nothing.")
+@yes_option
 @format_option("text", "json")
 @click.pass_obj
-def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output_format: str) -> None:
+def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, yes: bool, output_format: str) -> None:
     """Create what bloomctl.toml declares and the server lacks (or those NAMES); never delete or resize.
 
     Prints a plan first: + to create (a filter with a source by its first rebuild, never empty;
     one the application feeds by a reserve; a window by its settings and first buckets), ~ for
     drift (reported with the command that resolves it, usually a rebuild: apply changes no live
     filter), = unchanged, ! a key that holds something else. Then creates, one at a time.
-    Exit 0 when everything missing was created (drift alone exits 0: `bloomctl check` is the
+    Asks on a terminal before it creates anything, naming what (unless --yes; never without a
+    terminal). Exit 0 when everything missing was created (drift alone exits 0: `bloomctl check` is the
     gate), 5 when a key holds something else, else the first failed creation's code.
 
     \b
     Examples:
       bloomctl apply --dry-run
-      bloomctl --config deploy/bloomctl.toml apply
+      bloomctl --config deploy/bloomctl.toml apply --yes
       bloomctl apply dedupe
     """
     from bloomctl.cli.progress import run_one
@@ -50,15 +53,22 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, output
     ) -> RebuildReport:
         return run_one(app, client, server, key, source, options, Run(key))
 
-    applied = apply.run(
-        app.config,
-        app.connect_profile,
-        list(names),
-        dry_run=dry_run,
-        build=build,
-        log=app.output.log,
-        describe=_failure_message,
-    )
+    def run(dry_run: bool) -> Applied:
+        return apply.run(
+            app.config,
+            app.connect_profile,
+            list(names),
+            dry_run=dry_run,
+            build=build,
+            log=app.output.log,
+            describe=_failure_message,
+        )
+
+    if not dry_run and confirmer(yes) is not None:  # on a terminal: the plan first, as terraform shows it
+        wanted = [c.decl.name for c in run(True).changes if c.action in ("create", "rotate")]
+        if wanted:
+            ask(yes, f"Create {len(wanted)} declared filter(s): {', '.join(wanted)}?")
+    applied = run(dry_run)
     if output_format == "json":
         emit_json(applied.as_dict())
     else:

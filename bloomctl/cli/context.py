@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only: the library loads when a command needs it
+    from bloomctl.cli.hints import Hints
     from bloomctl.cli.output import Output
     from bloomctl.declared.config import Config
     from bloomctl.server.capabilities import ServerInfo
@@ -38,6 +39,27 @@ class AppContext:
         self._profile_settings: dict[str, ConnectionSettings] = {}
         # the settings of the profile last connected to (an error names its server)
         self.in_use: ConnectionSettings | None = None
+        self.config_given = False  # --config was on the command line (not $BLOOMCTL_CONFIG): hints repeat it
+        self.hints_override: Hints | None = None  # a copy's target, while the copy writes there
+
+    def hints(self) -> Hints:
+        """How a printed next-step command reaches the server in use (bloomctl.cli.hints): a copy's
+        target while it is written, else a config profile's once one is used, else the command line's."""
+        from bloomctl.cli.hints import Hints, command_line_hints, server_hints
+
+        if self.hints_override is not None:
+            return self.hints_override
+        if self.in_use is not None:
+            return server_hints(self.in_use, password_file=self.overrides.get("password_file"))
+        try:
+            url = self.settings.url
+        except Exception:  # an unusable URL: the command fails on it, and prints no hint
+            return Hints()
+        return command_line_hints(self.overrides, url, self.config_path if self.config_given else None)
+
+    def next_step(self, *args: str) -> str:
+        """`` `bloomctl ARGS` `` on the server in use, quoted for the shell (and where a password goes)."""
+        return self.hints().command(*args)
 
     @property
     def settings(self) -> ConnectionSettings:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
 
+from bloomctl.cli.confirm import confirmer
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import format_option, lock_wait_option, swap_guard_options, yes_option
 from bloomctl.cli.output import current
@@ -14,18 +14,7 @@ from bloomctl.cli.render import emit_json
 from bloomctl.keys import KeyFamily, to_display
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
-    from bloomctl.lifecycle.front import Confirm, SwapResult
-
-
-def stdin_is_tty() -> bool:
-    return sys.stdin.isatty()
-
-
-def confirmer(yes: bool) -> Confirm | None:
-    """Ask on a terminal unless --yes; never ask a pipe or cron (no one would answer)."""
-    if yes or not stdin_is_tty():
-        return None
-    return lambda question: click.confirm(question, default=False, err=True)
+    from bloomctl.lifecycle.front import SwapResult
 
 
 @click.command("swap")
@@ -86,7 +75,7 @@ def swap_command(
     if output_format == "json":
         emit_json(swap_data(result))
     else:
-        click.echo(swap_message(result))
+        click.echo(swap_message(result, app.next_step("rollback", to_display(result.key))))
 
 
 def swap_data(result: SwapResult) -> dict[str, object]:
@@ -116,7 +105,8 @@ def swap_data(result: SwapResult) -> dict[str, object]:
     }
 
 
-def swap_message(result: SwapResult) -> str:
+def swap_message(result: SwapResult, rollback: str) -> str:
+    """The swap's outcome; ``rollback`` is the command that undoes it (on this run's server)."""
     name = to_display(result.key)
     if result.dry_run:
         return dry_run_message(result)
@@ -127,10 +117,7 @@ def swap_message(result: SwapResult) -> str:
         return message + " (there was no previous filter)"
     if result.keep_old_seconds:
         old = to_display(result.old)
-        return (
-            message
-            + f"; the previous filter is kept as {old!r} for {result.keep_old_seconds:g}s (bloomctl rollback {name})"
-        )
+        return message + f"; the previous filter is kept as {old!r} for {result.keep_old_seconds:g}s ({rollback})"
     return message + "; the previous filter was unlinked"
 
 

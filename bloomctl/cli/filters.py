@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bloomctl.cli.confirm import ask, confirmer
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import (
     backend_option,
@@ -16,6 +17,7 @@ from bloomctl.cli.options import (
     require_error_rate,
     shards_option,
     sizing_options,
+    yes_option,
 )
 from bloomctl.cli.output import current
 from bloomctl.cli.plan import plan_data, render_plan
@@ -25,6 +27,8 @@ from bloomctl.keys import to_display
 from bloomctl.server.topology import node_address
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (start-up time)
+    from collections.abc import Callable
+
     from bloomctl.backends import Backend
     from bloomctl.backends.base import AnyPlan
     from bloomctl.lifecycle.single import ReserveResult
@@ -44,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover - the library loads when a command runs (s
     "For a new filter: RedisBloom (BF.*) or the module-free bitmap; auto picks RedisBloom when the server has it. "
     "An existing filter's backend is read from the key."
 )
+@yes_option
 @format_option("table", "json")
 @click.pass_obj
 def reserve_command(
@@ -62,12 +67,14 @@ def reserve_command(
     force: bool,
     shards: int | None,
     backend: str,
+    yes: bool,
     output_format: str,
 ) -> None:
     """Create the filter KEY (BF.RESERVE or CF.RESERVE, or a module-free one) after printing its plan.
 
     Refuses an existing key (exit 5) unless --if-not-exists and the existing filter has the
-    same capacity, error rate and expansion. Records the error rate, creation time and
+    same capacity, error rate and expansion. Asks first on a terminal (an empty filter answers
+    "absent" for every item until it is filled), unless --yes. Records the error rate, creation time and
     bloomctl version in the metadata hash beside it ({KEY}:meta, same hash slot). On a
     server without BF.* (CF.*) commands, --backend auto creates a module-free filter.
 
@@ -80,17 +87,14 @@ def reserve_command(
       bloomctl reserve users -c 3G -e 0.1% --shards 8
       bloomctl reserve sessions --type cuckoo -c 1M --bucket-size 4
     """
-    from bloomctl import backends
     from bloomctl.lifecycle import front as lifecycle
 
     cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
     require_error_rate(error_rate, filter_type)
     planned = functools.partial(_plan_for, capacity, error_rate, expansion, nonscaling, cuckoo, shards)
-    if shards is None:  # the plan as this server builds it (Redis 8 takes an error rate above 0.25 as 0.25)
-        chosen, the_plan = backends.plan_reserve(app.server, backend, planned, filter_type or "bloom")
-    else:  # each member's share is checked as the members are made
-        chosen = backends.choose(app.server, backend, filter_type or "bloom")
-        the_plan = planned(chosen)
+    chosen, the_plan = _chosen(app, backend, planned, filter_type, shards)
+    if not dry_run and confirmer(yes) is not None:  # on a terminal: every check first, then the question
+        _ask_to_create(app, key, chosen, the_plan, shards, if_not_exists, force, yes)
     if chosen.kind == "cuckoo":
         from bloomctl.cli.cuckoo import reserve_cuckoo
 
@@ -120,6 +124,61 @@ def reserve_command(
             f"({app.server.description})"
         )
     render_reserve(key, the_plan, result, dry_run, output_format)
+
+
+def _chosen(
+    app: AppContext, backend: str, planned: Callable[[Backend], AnyPlan], filter_type: str | None, shards: int | None
+) -> tuple[Backend, AnyPlan]:
+    """The backend and the plan: one filter's as this server builds it (Redis 8 takes an error rate
+    above 0.25 as 0.25); a sharded filter's members are checked as they are made."""
+    from bloomctl import backends
+    from bloomctl.backends.bitmap import TooLarge
+    from bloomctl.lifecycle import front as lifecycle
+
+    if shards is not None:
+        chosen = backends.choose(app.server, backend, filter_type or "bloom")
+        return chosen, planned(chosen)
+    try:
+        return backends.plan_reserve(app.server, backend, planned, filter_type or "bloom")
+    except TooLarge as exc:
+        raise lifecycle.too_large(planned(backends.get("bitmap")), None, exc) from None
+
+
+def _ask_to_create(
+    app: AppContext,
+    key: str,
+    chosen: Backend,
+    the_plan: AnyPlan,
+    shards: int | None,
+    if_not_exists: bool,
+    force: bool,
+    yes: bool,
+) -> None:
+    """Make every check of the reserve (a dry run: the key free, memory), then ask; a filter that
+    --if-not-exists accepts as it is changes nothing, and is not asked about."""
+    from bloomctl.lifecycle import front as lifecycle
+
+    if chosen.kind == "cuckoo":
+        from bloomctl.cli.cuckoo import reserve_cuckoo
+
+        preview = reserve_cuckoo(app, key, chosen, the_plan, True, if_not_exists, force)
+    else:
+        preview = lifecycle.reserve(
+            app.client,
+            app.server,
+            key,
+            the_plan,
+            shards=shards,
+            if_not_exists=if_not_exists,
+            backend=chosen.name,
+            force=force,
+            dry_run=True,
+        )
+    if preview.existing:
+        return
+    shape = f", {shards} shards" if shards is not None else ""
+    rate = f" at error rate {fmt_rate(the_plan.error_rate)}" if the_plan.error_rate is not None else ""
+    ask(yes, f"Create {key!r}: capacity {the_plan.capacity:,}{rate}, {chosen.name}{shape}?")
 
 
 def _plan_for(

@@ -13,10 +13,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from bloomctl.cli.hints import Hints
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
@@ -28,6 +32,8 @@ class Output:
     verbose: int = 0
     debug: bool = False
     output_format: str | None = None  # the command's --format, once known
+    # how `bloomctl ...` commands in messages reach the server in use (bloomctl.cli.hints)
+    hints: Callable[[], Hints] | None = None
 
     def log(self, message: str, fields: dict[str, Any] | None = None, level: str = "info") -> None:
         """One line on stderr (a log line, a warning): nothing with --quiet, debug lines only with -v."""
@@ -35,7 +41,7 @@ class Output:
             return
         if level == "debug" and not (self.verbose or self.debug):
             return
-        self._line(message, {**(fields or {})}, level)
+        self._line(self.hinted(message), {**(fields or {})}, level)
 
     def warn(self, message: str, fields: dict[str, Any] | None = None) -> None:
         self.log(message, fields, "warning")
@@ -43,12 +49,19 @@ class Output:
     def error(self, message: str, exit_code: int, kind: str = "error", traceback: str | None = None) -> None:
         """The one error line (never silenced), and the JSON error object on stdout with --format json;
         a traceback (``--debug``, an internal error) is a field of the JSON log line."""
+        message = self.hinted(message)
         fields: dict[str, Any] = {"exit_code": int(exit_code)}
         if traceback and self.log_format == "json":
             fields["traceback"] = traceback
         self._line(message, fields, "error", prefix=f"bloomctl: {kind}: ")
         if self.output_format == "json":
             click.echo(json.dumps({"error": {"message": message, "exit_code": int(exit_code), "kind": kind}}))
+
+    def hinted(self, message: str) -> str:
+        """The message with its `` `bloomctl ...` `` commands on the server in use."""
+        if self.hints is None or "`bloomctl " not in message:
+            return message
+        return self.hints().rewrite(message)
 
     def _line(self, message: str, fields: dict[str, Any], level: str, prefix: str = "") -> None:
         if self.log_format == "json":

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bloomctl.cli.confirm import ask
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import (
+    SIZE_HELP,
     F,
     Number,
     backend_option,
@@ -18,7 +20,9 @@ from bloomctl.cli.options import (
     error_rate_callback,
     format_option,
     shards_option,
+    size_callback,
     swap_guard_options,
+    yes_option,
 )
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json, fmt_rate, human_bytes
@@ -208,11 +212,11 @@ def build_options(f: F) -> F:
         click.option(
             "--client-memory",
             metavar="BYTES",
-            callback=capacity_callback,
+            callback=size_callback,
             default=str(DEFAULT_CLIENT_MEMORY),
             show_default=True,
             help="Memory a client build may use (the filter's bits and its working memory); auto builds "
-            "larger filters on the server. 1G = 10^9.",
+            f"larger filters on the server. {SIZE_HELP}",
         ),
     ]
     for option in reversed(options):
@@ -301,9 +305,10 @@ def load_options(f: F) -> F:
     "--swap/--no-swap",
     default=False,
     help="Swap the verified standby in at the end (atomic) [default: no swap; a filter of the config file: "
-    "swap unless it says rebuild.swap = false].",
+    "swap unless it says rebuild.swap = false]. Asks first on a terminal, unless --yes.",
 )
 @swap_guard_options
+@yes_option
 @click.option("--dry-run", is_flag=True, help="Read the source, print the count and the plan; write nothing.")
 @click.option("--force", is_flag=True, help="Build the standby even if it is bigger than the server's free memory.")
 @format_option("text", "json")
@@ -323,6 +328,7 @@ def rebuild_command(
     due: bool,
     output_format: str,
     metrics_file: str | None,
+    yes: bool,
     **options: Any,
 ) -> None:
     """Rebuild the filter KEY from its source of truth into the standby, verify it, and swap with --swap.
@@ -369,12 +375,17 @@ def rebuild_command(
     tune_allocator()
     if all_filters or due:
         _check_all(key, due, all_filters, explicit)
+        if not explicit.get("dry_run"):
+            ask(
+                yes,
+                "Rebuild every declared filter" + (" that is due" if due else "") + " and swap each as the file says?",
+            )
         rebuild_all(app, due, explicit, output_format, metrics_file)
         return
     if key is None:
         raise click.UsageError("give the filter KEY (or its name in the config file), or --all")
-    report = rebuild_key(app, ctx, key, options, explicit, metrics_file)
-    render_report(report, output_format)
+    report = rebuild_key(app, ctx, key, options, explicit, metrics_file, yes)
+    render_report(report, output_format, app.next_step("swap", report.key))
 
 
 def _check_all(key: str | None, due: bool, all_filters: bool, explicit: dict[str, Any]) -> None:
@@ -401,8 +412,10 @@ def rebuild_key(
     options: dict[str, Any],
     explicit: dict[str, Any],
     metrics_file: str | None,
+    yes: bool = True,
 ) -> RebuildReport:
-    """``rebuild KEY``: a key, or a filter of the config file."""
+    """``rebuild KEY``: a key, or a filter of the config file; one that will swap asks first on a
+    terminal unless ``yes``."""
     from bloomctl.cli.metrics import write_metrics_safely
     from bloomctl.cli.progress import run_one
     from bloomctl.declared.declarations import SOURCE_FLAGS, SOURCE_OPTIONS, declared_inputs, why_not_rebuilt
@@ -412,7 +425,10 @@ def rebuild_key(
     # bloomctl.toml in the directory (or $BLOOMCTL_CONFIG) never changes what such a command does.
     named_source = bool(set(explicit) & SOURCE_FLAGS)
     given = ctx.find_root().get_parameter_source("config") == click.core.ParameterSource.COMMANDLINE
+    from bloomctl.lifecycle.front import NotConfirmed
+
     run = Run(key, dry_run=bool(options.get("dry_run")))
+    declined = False
     try:
         decl = declared(app, key) if given or not named_source else None
         if decl is None:
@@ -426,13 +442,18 @@ def rebuild_key(
             if refused is not None:  # a click usage error: the message keeps its "--help" hint
                 raise click.UsageError(refused)
             source_values, options = declared_inputs(decl, options, explicit)
+        if options.get("swap") and not options.get("dry_run"):
+            ask(yes, f"Rebuild {key!r} and swap it in once it is verified?")
         return run_one(app, client, server, key, source_values, options, run)
+    except NotConfirmed:
+        declined = True  # a "no" at the prompt is no run: the metrics of the last one stay
+        raise
     except BaseException as exc:
         if run.code is None:  # it failed before the rebuild began: the file, the profile's connection
             run.code, run.detail = classify(exc).exit_code, str(exc)
         raise
     finally:
-        if metrics_file and not run.dry_run:
+        if metrics_file and not run.dry_run and not declined:
             write_metrics_safely(metrics_file, [run] if run.code is not None else [])
 
 
@@ -500,7 +521,8 @@ def render_all(runs: list[Run], output_format: str, code: int | None) -> None:
     )
 
 
-def render_report(report: RebuildReport, output_format: str) -> None:
+def render_report(report: RebuildReport, output_format: str, swap: str) -> None:
+    """The rebuild's report; ``swap`` is the command that swaps its standby in (on this run's server)."""
     data = report.as_dict()
     if output_format == "json":
         emit_json(data)
@@ -524,7 +546,7 @@ def render_report(report: RebuildReport, output_format: str) -> None:
         f"time           {data['seconds']:.1f}s, {data['items_per_second']:,} items/s",
         f"new filter     {report.standby if not report.swapped else report.key} "
         f"({report.backend}, {human_bytes(report.size_bytes)})",
-        f"swapped        {'yes' if report.swapped else 'no: run `bloomctl swap ' + report.key + '` to cut over'}",
+        f"swapped        {'yes' if report.swapped else f'no: run {swap} to cut over'}",
     ]
     for example in data["bad_row_examples"]:
         current().warn(f"bad row: {example}")

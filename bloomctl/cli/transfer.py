@@ -11,8 +11,9 @@ from typing import IO, Any
 
 import click
 
+from bloomctl.cli.confirm import confirmer
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import F, format_option, swap_guard_options
+from bloomctl.cli.options import F, format_option, swap_guard_options, yes_option
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json
 from bloomctl.errors import SourceError, UsageError, is_redis_error
@@ -104,17 +105,29 @@ def dump_command(app: AppContext, key: str, output: str, overwrite: bool) -> Non
 
 
 def _restore_options(f: F) -> F:
+    f = yes_option(f)
+    f = click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Read and check the whole dump (every checksum) and the target (keys, lock, memory); write nothing.",
+    )(f)
     f = click.option(
         "--force", is_flag=True, help="Restore even if the standby is bigger than the server's free memory."
     )(f)
     f = swap_guard_options(f)
-    return click.option("--swap", is_flag=True, help="Swap the restored standby in (the swap's guards apply).")(f)
+    return click.option(
+        "--swap",
+        is_flag=True,
+        help="Swap the restored standby in (the swap's guards apply; asks first on a terminal, unless --yes).",
+    )(f)
 
 
 def _restore_arguments(guards: dict[str, Any]) -> dict[str, Any]:
     """The options of `_restore_options` as `transfer.restore` takes them."""
     arguments = dict(guards)
     arguments["keep_old_seconds"] = arguments.pop("keep_old")
+    yes = arguments.pop("yes")
+    arguments["confirm"] = confirmer(yes) if arguments["swap"] and not arguments["dry_run"] else None
     return arguments
 
 
@@ -143,8 +156,9 @@ def restore_command(app: AppContext, key: str, input_path: str, output_format: s
     \b
     Examples:
       bloomctl restore users -i users.bfdump                 # the standby; then `bloomctl swap users`
+      bloomctl restore users -i users.bfdump --dry-run       # is the file whole? would it load?
       bloomctl restore users -i users.bfdump --swap --keep-old 7200
-      gunzip -c users.bfdump.gz | bloomctl restore users --swap
+      gunzip -c users.bfdump.gz | bloomctl restore users --swap --yes
     """
     from bloomctl.transfer import dumpfile
     from bloomctl.transfer import restore as transfer
@@ -174,7 +188,7 @@ def restore_command(app: AppContext, key: str, input_path: str, output_format: s
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
-    _show(report, output_format)
+    _show(report, output_format, app.next_step("swap", report.key))
 
 
 @click.command("copy")
@@ -208,6 +222,7 @@ def copy_command(
     \b
     Examples:
       bloomctl --url redis://old-host:6379 copy users --to redis://new-host:6379 --swap
+      bloomctl copy users --to redis://new-host:6379 --dry-run
       bloomctl copy users --to redis://127.0.0.1:6380 --to-key 'bf:{users}'
     """
     from bloomctl.defaults import PASSWORD_ENV
@@ -222,8 +237,13 @@ def copy_command(
         connect_timeout=app.settings.connect_timeout,
         timeout=app.settings.timeout,
     )
+    from bloomctl.cli.hints import server_hints
+
     dump = transfer.read_filter(app.client, app.server, key)  # the source first: its errors name the source
     target = None
+    password_var = TO_PASSWORD_ENV if os.environ.get(TO_PASSWORD_ENV) else None
+    # from here every printed `bloomctl ...` is about the target: a swap, a standby to move away
+    app.hints_override = server_hints(settings, password_file=to_password_file, password_var=password_var)
     try:
         target = connect(settings, password_env=TO_PASSWORD_ENV, password_option="to_password_file")
         report = transfer.restore(
@@ -244,7 +264,7 @@ def copy_command(
     finally:
         if target is not None:
             target.close()
-    _show(report, output_format, to=settings.redacted_url)
+    _show(report, output_format, app.next_step("swap", report.key), to=settings.redacted_url)
 
 
 def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
@@ -259,18 +279,26 @@ def _source_errors(chunks: Iterator[Any], settings: Any) -> Iterator[Any]:
         raise connection_error(exc, settings) from None
 
 
-def _show(report: Any, output_format: str, to: str | None = None) -> None:
+def _show(report: Any, output_format: str, swap: str, to: str | None = None) -> None:
+    """The outcome; ``swap``: the command that swaps the restored standby in, on its server."""
     if output_format == "json":
         emit_json({**report.as_dict(), **({"to": to} if to else {})})
         return
     where = f" on {to}" if to else ""
+    if report.dry_run:
+        standbys = report.standbys[0] if len(report.standbys) == 1 else f"{len(report.standbys)} shard standbys"
+        click.echo(
+            f"dry run: the dump of {report.items:,} items ({report.chunks} chunks, {report.bytes:,} bytes) checks out; "
+            f"it would be restored into {standbys!r}{where}; nothing written"
+        )
+        return
     if report.swapped:
         message = f"restored and swapped: {report.key!r}{where} now holds {report.items:,} items"
         if not report.replaced_active:
             message += " (there was no previous filter)"
     else:
         standbys = report.standbys[0] if len(report.standbys) == 1 else f"{len(report.standbys)} shard standbys"
-        message = f"restored: {report.items:,} items into {standbys!r}{where}; `bloomctl swap {report.key}` swaps it in"
+        message = f"restored: {report.items:,} items into {standbys!r}{where}; {swap} swaps it in"
     click.echo(message)
     if report.note:
         current().warn(report.note)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from bloomctl.cli.confirm import ask, confirmer
 from bloomctl.cli.context import AppContext
 from bloomctl.cli.options import (
     Number,
@@ -16,6 +17,7 @@ from bloomctl.cli.options import (
     error_rate_callback,
     format_option,
     require_error_rate,
+    yes_option,
 )
 from bloomctl.cli.output import current
 from bloomctl.cli.render import emit_json, emit_pairs, emit_table, fmt_rate, human_bytes, to_flags
@@ -91,14 +93,25 @@ def _capacity(ctx: click.Context, param: click.Parameter, value: str) -> int | N
     help="Buckets made ahead of the current one: missed rotations up to this many do not matter.",
 )
 @click.option("--if-not-exists", is_flag=True, help="Succeed without change when the same window exists.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Make every check and print the buckets it would create (keys, capacities, sizes); create nothing.",
+)
+@yes_option
 @format_option("text", "json")
 @click.pass_obj
-def create_command(app: AppContext, name: str, output_format: str, if_not_exists: bool, **options: Any) -> None:
+def create_command(
+    app: AppContext, name: str, output_format: str, if_not_exists: bool, dry_run: bool, yes: bool, **options: Any
+) -> None:
     """Create the window NAME (its settings, at NAME) and its first buckets.
+
+    Asks first on a terminal (the application adds into these buckets), unless --yes.
 
     \b
     Examples:
       bloomctl window create dedupe --period 1d --keep 7 --capacity 5M -e 0.1%
+      bloomctl window create dedupe --period 1d --keep 7 --capacity 5M -e 0.1% --dry-run
       bloomctl window create seen --period 1h --keep 24 --capacity auto --min-capacity 100k -e 1%
       bloomctl window create carts --period 7d --keep 4 --capacity 1M --type cuckoo
     """
@@ -118,10 +131,19 @@ def create_command(app: AppContext, name: str, output_format: str, if_not_exists
         **options,
         **cuckoo,
     )
-    created = window.create(app.client, app.server, spec, if_not_exists=if_not_exists)
-    report = window.rotate(app.client, app.server, name)
+    asking = not dry_run and confirmer(yes) is not None  # on a terminal: every check first, then the question
+    if asking and window.create(app.client, app.server, spec, if_not_exists=if_not_exists, dry_run=True):
+        every = window.format_period(spec.period)
+        ask(yes, f"Create window {name!r}: a {spec.kind} bucket every {every}, {spec.keep} kept?")
+    created = window.create(app.client, app.server, spec, if_not_exists=if_not_exists, dry_run=dry_run)
+    # a dry run rotates with the settings in hand: the window's own are not written
+    report = window.rotate(app.client, app.server, name, dry_run=dry_run, spec=spec if dry_run else None)
     warn_report(report)
-    render_rotate(report, output_format, "created" if created else "exists already")
+    if dry_run:
+        note = "dry run: nothing created" + ("" if created else "; the same window exists already")
+    else:
+        note = "created" if created else "exists already"
+    render_rotate(report, output_format, note)
 
 
 @window_group.command("rotate")
@@ -184,7 +206,16 @@ def render_rotate(report: Any, output_format: str, note: str | None = None) -> N
         detail = f" until {data['expire_at']}" if data["expire_at"] else ""
         if data["capacity"]:
             detail += f", capacity {data['capacity']:,}"
-        click.echo(f"  {data['action']:8} {data['key']}{detail}")
+        if data["size_bytes"]:
+            detail += f", {human_bytes(data['size_bytes'])}"
+        # a dry run's actions are what a real run would do: said as such, not as done
+        if report.dry_run:
+            click.echo(f"  {DRY_RUN_VERBS.get(data['action'], data['action']):12} {data['key']}{detail}")
+        else:
+            click.echo(f"  {data['action']:8} {data['key']}{detail}")
+
+
+DRY_RUN_VERBS = {"created": "would create", "expired": "would expire"}
 
 
 @window_group.command("info")
@@ -194,7 +225,10 @@ def render_rotate(report: Any, output_format: str, note: str | None = None) -> N
 def info_command(app: AppContext, name: str, output_format: str) -> None:
     """Show each bucket of the window NAME (period, items, fill, FPR, TTL) and the window's FPR.
 
-    Exits 1 when the current bucket is missing (adds are failing: run `window rotate`).
+    Warns about every bucket past its capacity (fill over 100%, marked OVER; in JSON
+    `over_capacity` per bucket and a `warnings` list): until it expires, lookups see a
+    false-positive rate above the window's. Exits 1 when the current bucket is missing
+    (adds are failing: run `window rotate`).
 
     \b
     Examples:
@@ -205,6 +239,8 @@ def info_command(app: AppContext, name: str, output_format: str) -> None:
 
     info = window.describe(app.client, name)
     data = info.as_dict()
+    for warning in data["warnings"]:
+        current().warn(warning)
     if info.current_missing:
         current().warn(
             f"the current bucket of {name!r} is missing: adds fail until `bloomctl window rotate {name}` runs"
@@ -244,7 +280,7 @@ def render_info(data: dict[str, Any]) -> None:
                 b["start"],
                 f"{b['items']:,}" if b["exists"] else "missing",
                 f"{b['capacity']:,}" if b["exists"] else "-",
-                f"{b['fill_ratio']:.2%}" if b["exists"] else "-",
+                (f"{b['fill_ratio']:.2%}" + (" OVER" if b["over_capacity"] else "")) if b["exists"] else "-",
                 fmt_rate(b["estimated_fpr"]) if b["exists"] else "-",
                 human_bytes(b["size_bytes"]) if b["exists"] else "-",
                 "-" if b["ttl_seconds"] is None else f"{b['ttl_seconds']:.0f}s",

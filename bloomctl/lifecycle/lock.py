@@ -120,11 +120,14 @@ class FilterLock:
         waited = f" (waited {self.wait:g}s)" if self.wait else " (--lock-wait SECONDS waits for it)"
         raise LockHeld("%r is locked by %s%s%s", to_display(self.family.active), holder, expiry, waited)
 
-    def check_free(self) -> None:
-        """Read-only (a dry run): raises LockHeld, like ``acquire``, when the lock is held now."""
+    def check_free(self, *, scripts: bool = False) -> None:
+        """Read-only (a dry run): raises LockHeld, like ``acquire``, when the lock is held now; with
+        ``scripts``, also what ``acquire`` checks first: that this user may run scripts."""
         check_companions(self.client, [(self.lock_key, "lock")])
         if self.client.exists(self.lock_key):
             self._refuse()
+        if scripts:
+            self._require_scripting()
 
     def _require_scripting(self) -> None:
         """The lock's renewal and release, and everything done under it (marks, the swap), are Lua

@@ -8,6 +8,7 @@ and skipped when it runs again.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,7 +249,7 @@ def _stopped(manifest: Manifest, swapped: int, exc: BaseException) -> BloomctlEr
         swapped,
         manifest.shards,
         exc,
-        to_display(manifest.key),
+        shlex.quote(to_display(manifest.key)),
     )
 
 

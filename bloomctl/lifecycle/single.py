@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import shlex
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -469,7 +470,7 @@ def swap_under(
             "unknown; `bloomctl info %s` shows which filter is active once it answers",
             name,
             reason,
-            name,
+            shlex.quote(name),
         )
         if not lock.release_confirmed(time.monotonic() + lock.ttl_ms / 1000 + 5):
             raise unknown from None

@@ -9,6 +9,7 @@ standbys are still this run's.
 from __future__ import annotations
 
 import random
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -69,7 +70,7 @@ def refuse_unowned_standby(client: RedisClient, family: KeyFamily, what: str) ->
             to_display(family.standby),
             to_display(family.standby_meta),
             what,
-            to_display(family.active),
+            shlex.quote(to_display(family.active)),
         )
 
 

@@ -70,6 +70,31 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{''.join(shown)}{rest[last:]}"
 
 
+def url_without_secrets(url: str) -> str:
+    """The URL with its password and ``password=`` values left out (not masked): what a printed
+    command may carry, the password then coming from $BLOOMCTL_PASSWORD or ``--password-file``.
+    Read as the client reads it (``urlsplit``: in ``host:6380/2?password=a@b`` the '@' is the
+    query's); should any secret remain, the masked form is returned instead: never a password."""
+    if not url_has_secret(url):
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_url(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}@{host}" if user else host
+    query = "&".join(
+        item for item in parts.query.split("&") if item and unquote(item.partition("=")[0]).lower() != "password"
+    )
+    # (built by hand: urlunsplit writes unix:///path as unix:/path)
+    stripped = f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    stripped += f"#{parts.fragment}" if parts.fragment else ""
+    return redact_url(url) if url_has_secret(stripped) else stripped
+
+
 def full_url(url: str) -> str:
     """``host``, ``host:port`` or ``host:port/db`` (what redis-cli users type) as a redis:// URL."""
     return url if "://" in url else f"redis://{url}"

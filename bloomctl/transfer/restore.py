@@ -9,6 +9,7 @@ metadata: the active filter is never touched.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class RestoreReport:
     source: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
     seconds: float = 0.0
+    dry_run: bool = False  # every check made, every chunk read; nothing written
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,7 @@ class RestoreReport:
             "source": self.source,
             "note": self.note,
             "seconds": round(self.seconds, 3),
+            "dry_run": self.dry_run,
         }
 
 
@@ -123,10 +126,14 @@ def restore(
     force: bool = False,
     lock_wait: float = 0,
     events: Events | None = None,
+    confirm: lifecycle.Confirm | None = None,
+    dry_run: bool = False,
 ) -> RestoreReport:
     """Load ``chunks`` (a dump of the filter ``header`` describes) into the standby(s) of ``key``;
-    with ``swap``, swap them in (the swap's guards apply). Nothing but this run's scratch keys and
-    standby metadata is written before every chunk has arrived and checked out."""
+    with ``swap``, swap them in (the swap's guards apply; ``confirm`` is asked first). Nothing but
+    this run's scratch keys and standby metadata is written before every chunk has arrived and
+    checked out. ``dry_run``: every check (the target's keys, the lock, memory, every chunk's and
+    the file's checksum), nothing written."""
     started = time.perf_counter()
     log: Events = events or (lambda message, fields: None)
     guards = SwapGuards(
@@ -147,6 +154,10 @@ def restore(
     report = RestoreReport(
         to_display(raw), backend.name, int(header["items"]), header["shards"], source=header.get("source", {})
     )
+    if dry_run:
+        return _dry_run(
+            client, raw, header, backend, chunks, report, force, server.line, started, guards if swap else None
+        )
     with FilterLock(client, family.active, command="bloomctl restore", wait=lock_wait) as lock:
         manifest, fresh = _targets(client, raw, header, backend)
         families = [KeyFamily.of(member) for member in manifest.members] if manifest else [family]
@@ -161,7 +172,13 @@ def restore(
         if fresh and manifest is not None:
             write_manifest(client, manifest)
         if swap:
-            result = lifecycle.guarded_swap(client, server, family.active, guards, lock=lock)
+            try:
+                result = lifecycle.guarded_swap(client, server, family.active, guards, lock=lock, confirm=confirm)
+            except lifecycle.NotConfirmed:
+                raise lifecycle.NotConfirmed(
+                    "not confirmed: the restored filter waits in the standby (`bloomctl swap %s` swaps it in)",
+                    shlex.quote(to_display(raw)),
+                ) from None
             report.swapped = True
             report.replaced_active = any(result.replaced)
             report.note = result.note or report.note
@@ -169,21 +186,58 @@ def restore(
     return report
 
 
-def _prepare(
+def _dry_run(
+    client: RedisClient,
+    key: bytes,
+    header: dict[str, Any],
+    backend: Backend,
+    chunks: Iterator[Chunk],
+    report: RestoreReport,
+    force: bool,
+    line: str,
+    started: float,
+    guards: SwapGuards | None,
+) -> RestoreReport:
+    """A restore's checks without a write: the lock free (and scripts allowed), the target's keys
+    and members, memory, with ``guards`` the swap's shrink guard on the dump's declared count, then
+    every chunk read (the reader checks each one's CRC and the file's SHA-256). What only loading
+    shows (the chunks' offsets against the header, a cuckoo filter's fingerprint count) is checked
+    by the real restore, before anything becomes the standby."""
+    FilterLock(client, key).check_free(scripts=True)
+    manifest, _fresh = _targets(client, key, header, backend)  # (a new manifest is made, not written)
+    families = [KeyFamily.of(member) for member in manifest.members] if manifest else [KeyFamily.of(key)]
+    for member in families:
+        _check_scratch(client, member)
+    _check_members(client, backend, header, families, force, line, clear=False)
+    if guards is not None and manifest is None:
+        _check_shrink(client, backend, key, int(header["items"]), guards)
+    for chunk in chunks:
+        if not 0 <= chunk.member < len(header["members"]):
+            raise DumpCorrupt("the dump has a chunk for member %s of %s", chunk.member, len(header["members"]))
+        report.chunks += 1
+        report.bytes += len(chunk.data)
+    report.dry_run = True
+    report.standbys = [to_display(member.standby) for member in families]
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _check_members(
     client: RedisClient,
     backend: Backend,
     header: dict[str, Any],
     families: list[KeyFamily],
     force: bool,
-    line: str = "",
-) -> tuple[list[ScratchWriter], str]:
-    """Under the lock: the members' companions checked, a killed restore's leftovers removed, memory
-    checked, and each member's scratch metadata written (state ``loading``, with its TTL, in one
-    MULTI). Returns the writers and this run's generation."""
+    line: str,
+    *,
+    clear: bool,
+) -> None:
+    """The members' companions checked, a killed restore's leftovers removed (``clear``), memory checked."""
     for member in families:
         check_family(client, member)
         refuse_unowned_standby(client, member, "a restore")
-        _clear_scratch(client, member)
+        if clear:
+            _clear_scratch(client, member)
     # Where a load does not reach the replicas, rewrite_for_replicas writes the filter a second time
     # for them, and RESTORE ... REPLACE holds the new copy before it frees the loaded one
     twice = 1 if backend.loads_reach_replicas(line) else 2
@@ -197,6 +251,20 @@ def _prepare(
             kept=[member.old for member in families],
             advice="free memory or raise maxmemory, or pass `force`",
         )
+
+
+def _prepare(
+    client: RedisClient,
+    backend: Backend,
+    header: dict[str, Any],
+    families: list[KeyFamily],
+    force: bool,
+    line: str = "",
+) -> tuple[list[ScratchWriter], str]:
+    """Under the lock: the members' companions checked, a killed restore's leftovers removed, memory
+    checked, and each member's scratch metadata written (state ``loading``, with its TTL, in one
+    MULTI). Returns the writers and this run's generation."""
+    _check_members(client, backend, header, families, force, line, clear=True)
     generation = new_generation()
     writers = []
     for member, described in zip(families, header["members"], strict=True):
@@ -300,9 +368,25 @@ def rewrite_for_replicas(client: RedisClient, key: bytes) -> str | None:
     )
 
 
-def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
-    """Remove a killed restore's leftovers (they would expire anyway); refuse to touch a scratch
-    key bloomctl did not write."""
+def _check_shrink(client: RedisClient, backend: Backend, key: bytes, items: int, guards: SwapGuards) -> None:
+    """A dry run's shrink guard: the dump's declared count against the active filter's now (the
+    swap itself checks the loaded standby's count)."""
+    if guards.allow_shrink or backends.key_type(client, key) == b"none":
+        return
+    active = backend.card(client, key)
+    if active and items / active < guards.min_ratio:
+        raise StateConflict(
+            "the dump holds %s items, %s of the active filter's %s (guard: %s): the swap would refuse it; pass "
+            "`allow_shrink` if that is intended",
+            f"{items:,}",
+            f"{items / active:.1%}",
+            f"{active:,}",
+            f"{guards.min_ratio:.0%}",
+        )
+
+
+def _check_scratch(client: RedisClient, family: KeyFamily) -> None:
+    """Refuse a scratch key bloomctl did not write (a restore loads into it)."""
     scratch, meta = family.companion("restore"), family.companion("restore:meta")
     check_companions(client, [(meta, "metadata")])
     kind = backends.key_type(client, scratch)
@@ -311,7 +395,13 @@ def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
             "%r holds data bloomctl did not write (bloomctl restores into it): move that key away first",
             to_display(scratch),
         )
-    client.unlink(scratch, meta)
+
+
+def _clear_scratch(client: RedisClient, family: KeyFamily) -> None:
+    """Remove a killed restore's leftovers (they would expire anyway); refuse to touch a scratch
+    key bloomctl did not write."""
+    _check_scratch(client, family)
+    client.unlink(family.companion("restore"), family.companion("restore:meta"))
 
 
 def _targets(client: RedisClient, key: bytes, header: dict[str, Any], backend: Backend) -> tuple[Manifest | None, bool]:

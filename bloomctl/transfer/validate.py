@@ -99,7 +99,8 @@ def check_target(client: RedisClient, server: ServerInfo, key: bytes, header: di
         )
     if shards != header["shards"]:
         raise StateConflict(
-            "the dump holds %s and %r is %s: restore into another key (--to-key), or rebuild from the source",
+            "the dump holds %s and %r is %s: restore it under another name (the KEY of restore, --to-key of copy), "
+            "or rebuild from the source",
             f"a filter of {header['shards']} shards" if header["shards"] else "one filter",
             to_display(key),
             f"sharded over {shards}" if shards else "one filter",
