@@ -28,6 +28,12 @@ SECTIONS = (
     ("acl", "Access"),
 )
 
+USERS = (
+    ("operator", "operator (every bloomctl command on these filters and windows but `functions install`)"),
+    ("application", "application (lookups, adds, a cuckoo filter's deletes, dual writes, a window's adds and lookups)"),
+    ("functions", "functions admin (`bloomctl functions install`: once per server, and after each bloomctl upgrade)"),
+)
+
 
 @click.command("doctor")
 @click.argument("keys", nargs=-1)
@@ -91,8 +97,11 @@ def render_text(report: Report, url: str) -> None:
                 verdict = "not needed here (no bitmap filter)"
             click.echo(f"  {group['command']:<{width}}  {verdict}")
     click.echo("\nLeast-privilege users (no password is shown):")
-    click.echo(f"  operator (every bloomctl command):\n    {acl['setuser']['operator']}")
-    click.echo(f"  application (lookups and dual writes only):\n    {acl['setuser']['application']}")
+    for role, title in USERS:
+        if role in acl["setuser"]:
+            click.echo(f"  {title}:\n    {acl['setuser'][role]}")
+            for note in acl["notes"].get(role, []):
+                click.echo(f"    note: {note}")
     click.echo(f"  password: {acl['password_note']}")
     errors, warnings = report.errors, report.warnings
     verdict = "fit for Bloom filters" if report.ok else "NOT fit for Bloom filters"

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 
 # --- what each bloomctl command sends ------------------------------------------------------------
 # One sample call per Redis command (and per key it touches), as ACL DRYRUN takes it. The words
-# {key}, {standby}, {old}, {lock}, {meta}, {standby_meta}, {old_meta}, {build}, {probe}, {restore} and
-# {restore_meta} stand for
-# the filter's key family (bloomctl/keys.py). A prefix says when the call is made:
+# {key}, {standby}, {old}, {lock}, {meta}, {standby_meta}, {old_meta}, {standby_log}, {build}, {probe},
+# {restore} and {restore_meta} stand for the filter's key family (bloomctl/keys.py); {bucket} for a
+# time-windowed filter's bucket, {alias} for the other name whose buckets would be the window's
+# (bloomctl.window.creation.aliases). A prefix says when the call is made:
 #   bf:      the RedisBloom backend (the server has BF.*)
 #   cf:      RedisBloom's cuckoo filters (CF.*) are in use
 #   bitmap:  a module-free backend (bitmap, or the cuckoo filter), either way it runs its Lua
@@ -25,7 +26,8 @@ from collections.abc import Iterable, Sequence
 
 _SHA = "0" * 40
 CONNECT = (
-    "INFO server",  # detect (and INFO cluster at connect, INFO memory in the memory guard)
+    "INFO server",  # detect
+    "INFO cluster",  # connect: a Cluster node or not
     "COMMAND INFO bf.reserve",  # detect: which BF.* commands exist
     "MODULE LIST",  # detect: the RedisBloom version (it decides the server line)
     "PING",
@@ -96,6 +98,7 @@ CUTOVER = (
 )
 RESERVE = (
     *READ,
+    "INFO memory",  # the memory guard: room for the new filter
     "TYPE {meta}",
     "DEL {meta}",
     "HSET {meta} created_by v",
@@ -198,6 +201,7 @@ RESTORE = (
     "cf:CF.LOADCHUNK {restore} 1 x",
     "cf:CF.RESERVE {restore} 1000 BUCKETSIZE 2 MAXITERATIONS 20 EXPANSION 1",  # an empty cuckoo filter
     "cf:CF.INFO {restore}",
+    "cf:INFO replication",  # RedisBloom 2.x: whether replicas get the loaded filter
     "cf:DUMP {restore}",  # RedisBloom 2.x with replicas: the loaded filter written again, whole
     "cf:PTTL {restore}",
     "cf:RESTORE {restore} 3600000 x REPLACE",
@@ -225,6 +229,8 @@ WINDOW = (
     "TYPE {key}",
     "HGETALL {key}",
     "HGET {key} bloomctl_window",
+    "TYPE {alias}",  # create: no window at the other name whose buckets would be this one's
+    "HGET {alias} bloomctl_window",
     f"EVALSHA {_SHA} 1 {{key}} v",  # the settings, written in one step
     "SCRIPT LOAD return",
     "EXISTS {key}",  # (lua)
@@ -290,69 +296,147 @@ COMMANDS: dict[str, tuple[str, ...]] = {
 }
 # doctor's own reads: the operator's line includes them, but CONFIG GET (it can read the server's
 # passwords) and ACL DRYRUN (it reveals every user's rights): doctor says what it could not read
-DOCTOR = (*READ, "SCAN 0 MATCH x COUNT 1000 TYPE string", "ACL WHOAMI", "MULTI", "DISCARD")
+DOCTOR = (
+    *READ,
+    *WINDOW_READ,
+    "INFO persistence",
+    "INFO memory",
+    "INFO replication",
+    "SCAN 0 MATCH x COUNT 1000 TYPE string",
+    "ACL WHOAMI",
+    "MULTI",
+    "DISCARD",
+)
 DOCTOR_CLUSTER = ("CLUSTER INFO", "CLUSTER NODES")
 NOT_FOR_OPERATORS = ("config|get", "acl|dryrun")
 BITMAP_ONLY = ("functions",)  # needed only where the bitmap backend is in use
+# Left out of an operator's line, and not held against a command when doctor checks what a user may
+# run: SCAN lists every key name of the database, whatever the user's key patterns (only a glob
+# PATTERN of fill-ratio and doctor without KEY need it; a "did you mean" hint is skipped without
+# it), and FUNCTION LOAD can replace any library of the server, another application's too (a
+# bloomctl command sends it only where the library is missing; `functions install` has its own line).
+LISTS_KEYS = ("scan",)
+INSTALLS_LIBRARY = ("function|load",)
+# The plain writes an application's line holds only because bloomctl's functions send them (a
+# function runs with its caller's rights): doctor names them under the line.
+FUNCTION_WRITES = ("bitfield", "setrange", "hset", "rpush", "pexpire")
 
-# The application: lookups and dual writes only (docs/python-api.md), through bloomctl's Filter or
-# any client. For the bitmap backend, the functions' own commands are checked against the caller's
-# ACL too: GETRANGE, GETBIT and BITFIELD.
-APPLICATION = (
-    "bf:BF.EXISTS {key} x",
-    "bf:BF.MEXISTS {key} x",
-    "bf:BF.ADD {key} x",
-    "bf:BF.MADD {key} x",
-    "bf:BF.INSERT {standby} NOCREATE ITEMS x",  # bloomctl's Filter.madd: never creates a filter
-    "TYPE {key}",  # bloomctl's Filter recognises the backend
-    "HGETALL {key}",  # ... and a sharded filter's manifest
-    "bitmap:GETRANGE {key} 0 63",
-    "bitmap:STRLEN {key}",
-    "fn:FCALL bloomctl_add 1 {key} x",
-    "fn:FCALL bloomctl_madd 1 {standby} x",
-    "fn:FCALL_RO bloomctl_exists 1 {key} x",
-    "fn:FCALL_RO bloomctl_mexists 1 {key} x",
-    "fn:FCALL_RO bloomctl_version 0",
+# The application: lookups, adds, a cuckoo filter's deletes and counts, and the dual writes of a
+# rebuild (docs/python-api.md, docs/cuckoo.md), through bloomctl's Filter or any client, per backend.
+# A function's own commands (lua) are checked against the caller's ACL too, so they are the
+# application's: on the module-free backends that is what writes the filter's string.
+APPLICATION_OPEN = ("TYPE {key}",)  # open_filter recognises the backend
+MANIFEST_READ = ("HGETALL {key}",)  # ... and a sharded filter's manifest (Bloom filters only)
+LIBRARY_CHECK = (  # the library is there, and of the version this bloomctl calls
     "fn:FUNCTION LIST LIBRARYNAME bloomctl",
-    f"script:EVALSHA {_SHA} 1 {{key}} madd x",
+    "fn:FCALL_RO bloomctl_version 0",
     "script:SCRIPT LOAD return",
-    "bitmap:GETBIT {key} 0",
-    "bitmap:BITFIELD {standby} GET u1 0",
-    # cuckoo filters: lookups, adds, deletes, and the dual writes of a rebuild (bloomctl_cf_dual)
-    "cf:CF.EXISTS {key} x",
-    "cf:CF.MEXISTS {key} x",
-    "cf:CF.ADD {key} x",
-    "cf:CF.INSERT {key} NOCREATE ITEMS x",  # also (lua)
-    "cf:CF.DEL {key} x",  # also (lua)
-    "cf:CF.COUNT {key} x",
-    "fn:FCALL bloomctl_cf_madd 1 {key} x",
-    "fn:FCALL bloomctl_cf_mdel 1 {key} x",
-    "fn:FCALL_RO bloomctl_cf_mexists 1 {key} x",
-    "fn:FCALL_RO bloomctl_cf_count 1 {key} x",
+)
+CUCKOO_DUAL = (  # a cuckoo filter's adds and deletes during a rebuild: one call, its log and marks
     "fn:FCALL bloomctl_cf_dual 5 {key} {standby} {standby_meta} {standby_log} {lock} add x",
     f"script:EVALSHA {_SHA} 5 {{key}} {{standby}} {{standby_meta}} {{standby_log}} {{lock}} cf_dual add x",
-    "EXISTS {lock}",  # (lua)
+    "TYPE {standby}",  # (lua)
     "EXISTS {standby}",  # (lua)
     "HMGET {standby_meta} state dual",  # (lua)
+    "HSET {standby_meta} dual_error v",  # (lua)
     "RPUSH {standby_log} x",  # (lua)
     "PEXPIRE {standby_log} 86400000",  # (lua)
-    "HSET {standby_meta} dual_error v",  # (lua)
-    "bitmap:SETRANGE {key} 0 x",  # (lua) the module-free cuckoo filter's slots
-    # time-windowed filters: adds to the current bucket, lookups over the window (docs/windows.md)
+    "EXISTS {lock}",  # (lua)
+)
+APPLICATION_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "redisbloom": (
+        *APPLICATION_OPEN,
+        *MANIFEST_READ,
+        "BF.EXISTS {key} x",
+        "BF.MEXISTS {key} x",
+        "BF.ADD {key} x",
+        "BF.MADD {key} x",
+        "BF.INSERT {key} NOCREATE ITEMS x",  # bloomctl's Filter.madd: never creates a filter
+        "BF.INSERT {standby} NOCREATE ITEMS x",  # ... and its dual writes
+    ),
+    "bitmap": (
+        *APPLICATION_OPEN,
+        *MANIFEST_READ,
+        *LIBRARY_CHECK,
+        "GETRANGE {key} 0 63",  # also (lua): open_filter reads the header
+        "STRLEN {key}",
+        "fn:FCALL bloomctl_add 1 {key} x",
+        "fn:FCALL bloomctl_madd 1 {key} x",
+        "fn:FCALL bloomctl_madd 1 {standby} x",
+        "fn:FCALL_RO bloomctl_exists 1 {key} x",
+        "fn:FCALL_RO bloomctl_mexists 1 {key} x",
+        f"script:EVALSHA {_SHA} 1 {{key}} madd x",
+        f"script:EVALSHA {_SHA} 1 {{standby}} madd x",
+        "GETRANGE {standby} 0 63",  # (lua)
+        "BITFIELD {key} SET u1 0 1",  # (lua) the item's bits, and the count of items
+        "BITFIELD {standby} SET u1 0 1",  # (lua)
+        "GETBIT {key} 0",  # (lua)
+    ),
+    "redisbloom-cuckoo": (
+        *APPLICATION_OPEN,
+        *LIBRARY_CHECK,
+        "CF.EXISTS {key} x",
+        "CF.MEXISTS {key} x",
+        "CF.ADD {key} x",
+        "CF.INSERT {key} NOCREATE ITEMS x",  # also (lua)
+        "CF.DEL {key} x",  # also (lua)
+        "CF.COUNT {key} x",
+        *CUCKOO_DUAL,
+        "CF.INSERT {standby} NOCREATE ITEMS x",  # (lua)
+        "CF.DEL {standby} x",  # (lua)
+    ),
+    "lua-cuckoo": (
+        *APPLICATION_OPEN,
+        *LIBRARY_CHECK,
+        "GETRANGE {key} 0 63",  # also (lua)
+        "STRLEN {key}",
+        "fn:FCALL bloomctl_cf_madd 1 {key} x",
+        "fn:FCALL bloomctl_cf_mdel 1 {key} x",
+        "fn:FCALL_RO bloomctl_cf_mexists 1 {key} x",
+        "fn:FCALL_RO bloomctl_cf_count 1 {key} x",
+        f"script:EVALSHA {_SHA} 1 {{key}} cf_madd x",
+        *CUCKOO_DUAL,
+        "GETRANGE {standby} 0 63",  # (lua)
+        "SETRANGE {key} 64 x",  # (lua) the fingerprints' slots
+        "SETRANGE {standby} 64 x",  # (lua)
+        "BITFIELD {key} INCRBY i64 256 1",  # (lua) the counts of items and deletes
+        "BITFIELD {standby} INCRBY i64 256 1",  # (lua)
+    ),
+}
+APPLICATION_CLUSTER = ("PING", "cluster:COMMAND", "cluster:CLUSTER SLOTS")  # redis-py's own discovery
+# A time-windowed filter's application (docs/windows.md): WindowedFilter's add, lookup and current
+# bucket, each one call of bloomctl's library (on RedisBloom too), whose own commands read the
+# settings at the window's name ({key}) and go to its buckets ({bucket}), per the buckets' backend.
+WINDOW_CALLS = (
+    *LIBRARY_CHECK,
     "fn:FCALL bloomctl_window_add 1 {key} x",
     "fn:FCALL_RO bloomctl_window_exists 1 {key} x",
+    "fn:FCALL_RO bloomctl_window_bucket 1 {key}",
     f"script:EVALSHA {_SHA} 1 {{key}} window_add x",
+    "TYPE {key}",  # (lua)
     "HMGET {key} bloomctl_window period",  # (lua)
     "TIME",  # (lua) the current bucket is the server's
+    "TYPE {bucket}",  # (lua)
     "EXISTS {bucket}",  # (lua)
-    "bf:BF.INSERT {bucket} NOCREATE ITEMS x",  # (lua)
-    "bf:BF.MEXISTS {bucket} x",  # (lua)
-    "cf:CF.INSERTNX {bucket} NOCREATE ITEMS x",  # (lua)
-    "cf:CF.MEXISTS {bucket} x",  # (lua)
-    "bitmap:GETRANGE {bucket} 0 63",  # (lua)
-    "bitmap:BITFIELD {bucket} GET u1 0",  # (lua)
-    "bitmap:GETBIT {bucket} 0",  # (lua)
-    "bitmap:SETRANGE {bucket} 0 x",  # (lua)
+)
+WINDOW_APPLICATION_BY_BACKEND: dict[str, tuple[str, ...]] = {
+    "redisbloom": (*WINDOW_CALLS, "BF.INSERT {bucket} NOCREATE ITEMS x", "BF.MEXISTS {bucket} x"),  # (lua)
+    "redisbloom-cuckoo": (*WINDOW_CALLS, "CF.INSERTNX {bucket} NOCREATE ITEMS x", "CF.MEXISTS {bucket} x"),  # (lua)
+    "bitmap": (  # (lua) the bitmap filter's own
+        *WINDOW_CALLS,
+        "GETRANGE {bucket} 0 63",
+        "BITFIELD {bucket} SET u1 0 1",
+        "GETBIT {bucket} 0",
+    ),
+    "lua-cuckoo": (  # (lua) the module-free cuckoo filter's own
+        *WINDOW_CALLS,
+        "GETRANGE {bucket} 0 63",
+        "SETRANGE {bucket} 64 x",
+        "BITFIELD {bucket} INCRBY i64 256 1",
+    ),
+}
+APPLICATION = tuple(
+    row for table in (APPLICATION_BY_BACKEND, WINDOW_APPLICATION_BY_BACKEND) for rows in table.values() for row in rows
 )
 
 CONTAINERS = frozenset({"acl", "client", "cluster", "command", "config", "function", "memory", "module", "script"})

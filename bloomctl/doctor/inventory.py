@@ -1,15 +1,21 @@
-"""Which filters doctor checks: the KEYs given, or what a bounded SCAN finds, each sized as a filter is read."""
+"""Which filters doctor checks: the KEYs given, or what a bounded SCAN finds, each sized as a filter is read.
+
+A time-windowed filter counts as one: the settings hash at its name, its buckets' sizes added up;
+a SCAN reports its buckets through it, not as filters of their own.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from bloomctl.doctor.findings import ERROR, INFO, OK, Finding, could_not, is_denied, is_response_error, not_allowed
 from bloomctl.doctor.fitness import Doctor
-from bloomctl.keys import to_bytes, to_display
+from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.server.capabilities import _text
 
+WINDOW_FIELD = "bloomctl_window"  # the field that marks a window's settings hash (bloomctl.window.settings)
 SCAN_CALLS = 10  # SCAN calls (COUNT 1000) per primary and key type when no KEY is given
 
 
@@ -43,7 +49,12 @@ def find_filters(doctor: Doctor, keys: Sequence[str | bytes]) -> tuple[list[dict
             if not is_response_error(exc):
                 raise
             what = "the keyspace (to find the filters)"
-            doctor.add(not_allowed("keys", what, "SCAN 0", exc) if is_denied(exc) else could_not("keys", what, exc))
+            if not is_denied(exc):
+                doctor.add(could_not("keys", what, exc))
+                return [], scan
+            # SCAN lists every key name whatever the user's key patterns: doctor's operator line leaves it out
+            refused = not_allowed("keys", what, "SCAN 0", exc)
+            doctor.add(replace(refused, fix="pass the filters' names: `bloomctl doctor KEY...`"))
             return [], scan
     filters = []
     for name in names:
@@ -51,6 +62,7 @@ def find_filters(doctor: Doctor, keys: Sequence[str | bytes]) -> tuple[list[dict
         if entry is not None:
             filters.append(entry)
     if not keys:
+        filters = [f for f in filters if not any(_is_bucket(f["key"], w) for w in filters if w["window"])]
         cut = " (the look stopped there: pass KEY names to check others)" if scan["cut_short"] else ""
         if scan.get("not_readable"):
             cut += f"; {scan['not_readable']:,} keys this user may not read (its key patterns) were skipped"
@@ -73,7 +85,7 @@ def _scan(doctor: Doctor, scan: dict[str, Any]) -> list[bytes]:
     # Valkey refuses SCAN TYPE with a type no loaded module defines: RedisBloom's only where it is
     usable = [b for b in map(backends.get, backends.names()) if b.scannable_on(doctor.server)]
     selectors = [(b.redis_type, b.select) for b in usable]
-    selectors.append((b"hash", select_manifests))
+    selectors.append((b"hash", lambda node, keys: [*select_manifests(node, keys), *_select_windows(node, keys)]))
     found: list[bytes] = []
     for node in doctor.nodes:
         for redis_type, select in selectors:
@@ -95,8 +107,61 @@ def _scan(doctor: Doctor, scan: dict[str, Any]) -> list[bytes]:
     return sorted(set(found))
 
 
+def _select_windows(node: Any, keys: list[bytes]) -> list[bytes]:
+    """Of ``keys`` (hashes), the settings of time-windowed filters: one pipeline."""
+    if not keys:
+        return []
+    pipe = node.pipeline(transaction=False)
+    for key in keys:
+        pipe.hget(key, WINDOW_FIELD)
+    return [key for key, mark in zip(keys, pipe.execute(), strict=True) if mark is not None]
+
+
+def _is_bucket(key: str, window: dict[str, Any]) -> bool:
+    """Whether the filter ``key`` is a bucket of the window ``window`` (a doctor entry)."""
+    from bloomctl.window.periods import label_index
+
+    prefix = to_display(KeyFamily.of(to_bytes(window["key"])).prefix) + ":"
+    return key.startswith(prefix) and label_index(window["period"], key[len(prefix) :]) is not None
+
+
+def _window(doctor: Doctor, key: bytes, given: bool) -> dict[str, Any] | None:
+    """The window whose settings are at ``key``, its buckets' backend and size (None: no window there)."""
+    from bloomctl import backends
+    from bloomctl.server.topology import node_address
+    from bloomctl.window.info import describe as describe_window
+    from bloomctl.window.periods import format_period
+
+    if backends.key_type(doctor.client, key) != b"hash" or doctor.client.hget(key, WINDOW_FIELD) is None:
+        return None
+    info = describe_window(doctor.client, key)
+    spec, sizes = info.spec, [b.state.size_bytes for b in info.buckets if b.state is not None]
+    name = to_display(key)
+    if given:
+        doctor.add(
+            Finding(
+                "keys",
+                OK,
+                f"{name!r}: a window of {len(sizes)} {spec.backend} bucket(s) of {sum(sizes):,} bytes "
+                f"(a bucket every {format_period(spec.period)}, {spec.keep} kept)",
+                {"key": name, "backend": spec.backend, "size_bytes": sum(sizes), "window": True},
+            )
+        )
+    return {
+        "key": name,
+        "backend": spec.backend,
+        "sharded": False,
+        "window": True,
+        "period": spec.period,
+        "size_bytes": sum(sizes),
+        "members": [],
+        "node": node_address(doctor.client, key),
+    }
+
+
 def describe(doctor: Doctor, key: bytes, given: bool) -> dict[str, Any] | None:
-    """A filter's backend, size and node, or None with a finding that says why it cannot be read."""
+    """A filter's backend, size and node (or a window's), or None with a finding that says why it
+    cannot be read."""
     from bloomctl import backends
     from bloomctl.errors import BloomctlError, KeyMissing
     from bloomctl.lifecycle.manifest import read_manifest
@@ -104,6 +169,9 @@ def describe(doctor: Doctor, key: bytes, given: bool) -> dict[str, Any] | None:
 
     name = to_display(key)
     try:
+        window = _window(doctor, key, given)
+        if window is not None:
+            return window
         manifest = read_manifest(doctor.client, key)
         if manifest is not None:
             backend = backends.get(manifest.backend)
@@ -112,6 +180,7 @@ def describe(doctor: Doctor, key: bytes, given: bool) -> dict[str, Any] | None:
                 "key": name,
                 "backend": manifest.backend,
                 "sharded": True,
+                "window": False,
                 "size_bytes": sum(size for _m, size in members),
                 "members": [(m, size) for m, size in members],
                 "node": None,
@@ -161,6 +230,7 @@ def describe(doctor: Doctor, key: bytes, given: bool) -> dict[str, Any] | None:
         "key": name,
         "backend": backend.name,
         "sharded": False,
+        "window": False,
         "size_bytes": size,
         "members": [(key, size)],
         "node": node_address(doctor.client, key),
