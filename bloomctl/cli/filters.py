@@ -87,32 +87,22 @@ def reserve_command(
       bloomctl reserve users -c 3G -e 0.1% --shards 8
       bloomctl reserve sessions --type cuckoo -c 1M --bucket-size 4
     """
-    from bloomctl.lifecycle import front as lifecycle
 
     cuckoo = cuckoo_values(filter_type, bucket_size, max_iterations, fingerprint_bits)
     require_error_rate(error_rate, filter_type)
     planned = functools.partial(_plan_for, capacity, error_rate, expansion, nonscaling, cuckoo, shards)
     chosen, the_plan = _chosen(app, backend, planned, filter_type, shards)
-    if not dry_run and confirmer(yes) is not None:  # on a terminal: every check first, then the question
-        _ask_to_create(app, key, chosen, the_plan, shards, if_not_exists, force, yes)
+    reserve = functools.partial(_reserve, app, key, chosen, the_plan, shards, if_not_exists, force)
+    # on a terminal: every check first (a dry run), then the question; nothing to create, nothing asked
+    if not dry_run and confirmer(yes) is not None and not reserve(True).existing:
+        shape = f", {shards} shards" if shards is not None else ""
+        rate = f" at error rate {fmt_rate(the_plan.error_rate)}" if the_plan.error_rate is not None else ""
+        ask(yes, f"Create {key!r}: capacity {the_plan.capacity:,}{rate}, {chosen.name}{shape}?")
+    # Create first, print after: a refused reserve leaves stdout empty.
+    result = reserve(dry_run)
     if chosen.kind == "cuckoo":
-        from bloomctl.cli.cuckoo import reserve_cuckoo
-
-        result = reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)
         render_reserve(key, the_plan, result, dry_run, output_format)
         return
-    # Create first, print after: a refused reserve leaves stdout empty.
-    result = lifecycle.reserve(
-        app.client,
-        app.server,
-        key,
-        the_plan,
-        shards=shards,
-        if_not_exists=if_not_exists,
-        backend=chosen.name,
-        force=force,
-        dry_run=dry_run,
-    )
     if shards is not None:
         render_sharded_reserve(app, key, result, dry_run, output_format)
         return
@@ -144,7 +134,7 @@ def _chosen(
         raise lifecycle.too_large(planned(backends.get("bitmap")), None, exc) from None
 
 
-def _ask_to_create(
+def _reserve(
     app: AppContext,
     key: str,
     chosen: Backend,
@@ -152,33 +142,26 @@ def _ask_to_create(
     shards: int | None,
     if_not_exists: bool,
     force: bool,
-    yes: bool,
-) -> None:
-    """Make every check of the reserve (a dry run: the key free, memory), then ask; a filter that
-    --if-not-exists accepts as it is changes nothing, and is not asked about."""
+    dry_run: bool,
+) -> ReserveResult:
+    """The reserve itself (a cuckoo filter's, or one or a sharded Bloom filter), after every check."""
     from bloomctl.lifecycle import front as lifecycle
 
     if chosen.kind == "cuckoo":
         from bloomctl.cli.cuckoo import reserve_cuckoo
 
-        preview = reserve_cuckoo(app, key, chosen, the_plan, True, if_not_exists, force)
-    else:
-        preview = lifecycle.reserve(
-            app.client,
-            app.server,
-            key,
-            the_plan,
-            shards=shards,
-            if_not_exists=if_not_exists,
-            backend=chosen.name,
-            force=force,
-            dry_run=True,
-        )
-    if preview.existing:
-        return
-    shape = f", {shards} shards" if shards is not None else ""
-    rate = f" at error rate {fmt_rate(the_plan.error_rate)}" if the_plan.error_rate is not None else ""
-    ask(yes, f"Create {key!r}: capacity {the_plan.capacity:,}{rate}, {chosen.name}{shape}?")
+        return reserve_cuckoo(app, key, chosen, the_plan, dry_run, if_not_exists, force)
+    return lifecycle.reserve(
+        app.client,
+        app.server,
+        key,
+        the_plan,
+        shards=shards,
+        if_not_exists=if_not_exists,
+        backend=chosen.name,
+        force=force,
+        dry_run=dry_run,
+    )
 
 
 def _plan_for(
