@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.redis import Cli
 from tests.helpers.matrix import SIGNALS_LOCKS_ERRORS
+from tests.helpers.processes import read_terminal
 
 # --- logs and errors --------------------------------------------------------------------------
 
@@ -130,19 +131,11 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
         env={**os.environ, "COLUMNS": "100", **env},
     )
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
+    output = read_terminal(leader)
     proc.wait(timeout=30)
     os.close(leader)
     assert proc.returncode == 0, proc.stderr.read()
-    return b"".join(chunks).decode()
+    return output.decode()
 
 
 @SIGNALS_LOCKS_ERRORS

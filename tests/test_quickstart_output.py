@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.processes import read_terminal
 from tests.servers import REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,18 +37,10 @@ def _on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, bytes]
     leader, follower = pty.openpty()
     proc = subprocess.Popen(command, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
+    output = read_terminal(leader)
     code = proc.wait(timeout=TIMEOUT)
     os.close(leader)
-    return code, b"".join(chunks)
+    return code, output
 
 
 def test_the_quickstart_piped_is_plain_text_and_its_window_is_not_overfilled():

@@ -36,3 +36,17 @@ def start_rebuild(target, tmp_path, *extra: str, env: dict | None = None) -> sub
         time.sleep(0.05)
     proc.kill()
     raise AssertionError(proc.communicate())
+
+
+def read_terminal(leader: int) -> bytes:
+    """Everything a child wrote to the pseudo-terminal whose ``leader`` end this is, until it closed."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
