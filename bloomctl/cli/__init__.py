@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import itertools
@@ -82,9 +83,17 @@ def _fail(code: int, message: str, ctx: click.Context | None = None, kind: str =
 
 
 def _lock_note() -> str:
-    """'; the filter's lock is released' when this run took one (an `info` holds none)."""
+    """'; the filter's lock is released' when this run took one (an `info` holds none), and what
+    it had already changed for good ('; the swap of 'users' completed and stands')."""
     lock = sys.modules.get("bloomctl.lifecycle.lock")  # not loaded: no lock was taken
-    return "; the filter's lock is released" if lock is not None and lock.TAKEN[0] else ""
+    if lock is None:
+        return ""
+    done = "".join(f"; {what} and stands" for what in lock.DONE)
+    return done + ("; the filter's lock is released" if lock.TAKEN[0] else "")
+
+
+def _signal_line(exc: BaseException | None) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
 
 
 class BloomctlGroup(click.Group):
@@ -94,8 +103,7 @@ class BloomctlGroup(click.Group):
         except BloomctlError as exc:
             _fail(classify(exc).exit_code, exc.render(to_flags) + _suggestion(ctx, exc), ctx)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM raised as Terminated
-            what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
-            _fail(classify(exc).exit_code, what + _lock_note(), ctx)
+            _fail(classify(exc).exit_code, _signal_line(exc) + _lock_note(), ctx)
         except Exception as exc:
             failure = classify(exc)
             if not failure.redis_error:
@@ -145,6 +153,7 @@ class BloomctlGroup(click.Group):
         lock = sys.modules.get("bloomctl.lifecycle.lock")  # (not imported at start-up: a run that locks loads it)
         if lock is not None:
             lock.TAKEN[0] = False  # this invocation's own: what its message after a signal may say
+            lock.DONE.clear()
         previous = _catch_signals()
         _open_closed_streams()
         try:
@@ -158,9 +167,11 @@ class BloomctlGroup(click.Group):
         except click.ClickException as exc:
             _raw_output(None, given).error(exc.format_message(), exc.exit_code)
             sys.exit(exc.exit_code)
-        except click.Abort:
-            _raw_output(None, given).error("interrupted", ExitCode.INTERRUPTED)
-            sys.exit(ExitCode.INTERRUPTED)
+        except click.Abort as exc:  # Click's reading of a signal outside the command (closing the client, say)
+            cause = exc.__cause__ or exc.__context__
+            code = ExitCode.TERMINATED if isinstance(cause, Terminated) else ExitCode.INTERRUPTED
+            _raw_output(None, given).error(_signal_line(cause) + _lock_note(), code)
+            sys.exit(code)
         except Exception as exc:  # a bug: the traceback for the report, then one line
             import traceback
 
@@ -171,7 +182,11 @@ class BloomctlGroup(click.Group):
             output.error(message, ExitCode.INTERNAL, kind="internal error", traceback=traceback.format_exc())
             sys.exit(ExitCode.INTERNAL)
         finally:
-            _restore_signals(previous)
+            if process_main:  # kept until the process ends: a signal now exits 143/130 with its line
+                _finished[0] = True
+                atexit.register(_ignore_signals)
+            else:
+                _restore_signals(previous)
         code = code if isinstance(code, int) else ExitCode.OK
         if _stopping[0] and process_main:
             _exit_now(code)
@@ -355,6 +370,7 @@ def _open_closed_streams() -> None:
 
 
 _stopping = [0]  # signals received: the first stops the command, the cleanup runs to its end
+_finished = [False]  # the command has run: a signal now only ends the process, with its line
 
 
 def _on_signal(signum: int, _frame: Any) -> None:
@@ -364,18 +380,33 @@ def _on_signal(signum: int, _frame: Any) -> None:
     a third quits at once (the lock then expires by itself)."""
     import signal
 
+    code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
+    if _finished[0]:  # the command has run and said so: end now, saying what stands
+        what = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+        _raw_output(None, sys.argv[1:]).error(f"{what} after the command had finished" + _lock_note(), code)
+        _exit_now(code)
     _stopping[0] += 1
     if _stopping[0] == 2:
         _output(click.get_current_context(silent=True)).warn("stopping: releasing the lock (once more to quit at once)")
         return
     if _stopping[0] > 2:
-        os._exit(ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED)
+        os._exit(code)
     base = sys.modules.get("bloomctl.sources.base")
     if base is not None:
         base.cancel_running()
     if signum == signal.SIGTERM:
         raise Terminated()
     raise KeyboardInterrupt()
+
+
+def _ignore_signals() -> None:
+    """The last exit handler: past it the interpreter puts back the default handlers, under which a
+    signal would kill the process with no line (exit -15). The command has run and said so: a
+    signal now changes nothing, and is ignored."""
+    import signal
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _catch_signals() -> dict[int, Any]:
@@ -385,6 +416,7 @@ def _catch_signals() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
     _stopping[0] = 0
+    _finished[0] = False
     return {signum: signal.signal(signum, _on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
 
 

@@ -17,6 +17,7 @@ from bloomctl.backends import AUTO
 from bloomctl.defaults import DEFAULT_KEEP_OLD_SECONDS, DEFAULT_MIN_RATIO, MAX_SHARDS
 from bloomctl.errors import StateConflict, UsageError
 from bloomctl.keys import KeyFamily, to_display
+from bloomctl.lifecycle import lock as lock_module
 from bloomctl.lifecycle.guards import SwapGuards
 from bloomctl.lifecycle.lock import FilterLock
 from bloomctl.lifecycle.manifest import Manifest, read_manifest
@@ -229,6 +230,7 @@ def _swap_under_lock(
             )
         _confirmed(confirm, f"Swap the {manifest.shards} shard standbys of {to_display(manifest.key)!r} in?")
         members, note = swap_sharded(client, manifest, prepared, done, keep_old_seconds=keep_old_seconds, lock=lock)
+        lock_module.DONE.append(f"the swap of {to_display(family.active)!r} completed")
         return SwapResult(family.active, None, members, None, None, family.old, keep_old_seconds, manifest, note)
     plan = prepare_swap(client, server, family.active, guards, standby=standby)
     previous = plan.active_state.items if plan.active_state else None
@@ -244,7 +246,7 @@ def _swap_under_lock(
         + (f" ({previous:,} items now)" if previous is not None else " (absent now)")
         + "?",
     )
-    replaced, note = swap_under(client, plan, keep_old_seconds=keep_old_seconds, lock=lock)
+    replaced, note = swap_under(client, plan, keep_old_seconds=keep_old_seconds, lock=lock)  # (it records DONE)
     return SwapResult(
         family.active,
         plan.standby,
@@ -296,4 +298,5 @@ def rollback(
         else:
             _confirmed(confirm, f"Roll {to_display(family.active)!r} back to {to_display(family.old)!r}?")
             rollback_single(client, family.active)
+        lock_module.DONE.append(f"the rollback of {to_display(family.active)!r} completed")
     return RollbackResult(family.active, family.standby, manifest)

@@ -54,6 +54,8 @@ def describe_holder(raw: bytes | None) -> str:
 
 
 TAKEN = [False]  # whether this process took a filter's lock (what a message after a signal may say)
+# what this process changed for good (a swap, a rollback): a message after a signal says it stands
+DONE: list[str] = []
 
 
 class FilterLock:

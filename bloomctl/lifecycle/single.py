@@ -21,6 +21,7 @@ from bloomctl.backends.base import AnyPlan
 from bloomctl.errors import ConnectionFailed, KeyMissing, StateConflict
 from bloomctl.keys import KeyFamily, to_bytes, to_display
 from bloomctl.lifecycle.guards import DEFAULT_GUARDS, SwapGuards, check_min_ratio, to_keep_ms
+from bloomctl.lifecycle.lock import DONE
 from bloomctl.lifecycle.manifest import Manifest
 from bloomctl.lifecycle.metadata import (
     RECIPE,
@@ -461,7 +462,12 @@ def swap_under(
     # The standby key alone could mislead: a run waiting for the lock may create a new one meanwhile.
     generation = client.hget(standby_meta_key(prepared.family, prepared.standby), "generation")
     try:
-        return swap(client, prepared, keep_old_seconds=keep_old_seconds, lock_token=lock.token), None
+        replaced = swap(client, prepared, keep_old_seconds=keep_old_seconds, lock_token=lock.token)
+        DONE.append(f"the swap of {to_display(prepared.family.active)!r} completed")
+        return replaced, None
+    except KeyboardInterrupt:  # a signal while the script ran: say whether it was applied
+        _look_after_signal(client, prepared, generation)
+        raise
     except (redis.exceptions.TimeoutError, redis.exceptions.ConnectionError) as exc:
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no reply'}"
         name = to_display(prepared.family.active)
@@ -492,6 +498,22 @@ def swap_under(
             prepared.active_state is not None,
             f"the swap's reply did not arrive ({reason}); bloomctl looked: it was applied",
         )
+
+
+def _look_after_signal(client: RedisClient, prepared: SwapPlan, generation: bytes | None) -> None:
+    """A signal came while the swap's script ran, before its reply was read: look whether it was
+    applied, so that the line after the signal says so (or that it is unknown)."""
+    name = to_display(prepared.family.active)
+    try:
+        if generation is not None:
+            applied = client.hget(prepared.family.meta, "generation") == generation
+        else:
+            applied = backends.key_type(client, prepared.standby) == b"none"
+    except BaseException:  # (a second signal, a lost server): it stays unknown
+        DONE.append(f"whether the swap of {name!r} was applied is unknown (`bloomctl info {shlex.quote(name)}` tells)")
+        return
+    if applied:
+        DONE.append(f"the swap of {name!r} completed")
 
 
 def rollback(client: RedisClient, key: str | bytes, *, dry_run: bool = False) -> None:
