@@ -153,6 +153,7 @@ def load(path: str | os.PathLike[str]) -> Config:
         match = re.search(r"line (\d+)", str(exc))
         raise ConfigError(name, [(int(match.group(1)) if match else None, f"not valid TOML: {exc}")]) from None
     found = check_keys(data) + check_rules(data)
+    found += _outside(data, os.path.dirname(name)) if not found else []
     where = locate(text)
     if found:
         problems = sorted(
@@ -168,6 +169,32 @@ def load(path: str | os.PathLike[str]) -> Config:
             body = {**body, "source": _relative(body["source"], ("csv", "parquet"), base)}
         filters[n] = _declared(n, body, line_of(where, ("filters", n)))
     return Config(name, profiles, filters)
+
+
+def _outside(data: dict[str, Any], base: str) -> list[tuple[tuple[str, ...], str]]:
+    """A source file outside the config file's directory: refused unless ``allow_outside`` says it
+    is meant. Whoever may edit the file would otherwise read any file bloomctl can (a path ``../``
+    away, an absolute one, a symbolic link out), and a refused header echoed its first line."""
+    home = os.path.realpath(base or ".")
+    problems: list[tuple[tuple[str, ...], str]] = []
+    for name, body in data.get("filters", {}).items():
+        source = body.get("source") if isinstance(body, dict) else None
+        if not isinstance(source, dict) or source.get("allow_outside") is True:
+            continue
+        for kind in ("csv", "parquet"):
+            value = _relative(source, (kind,), base).get(kind)
+            if not isinstance(value, str) or value == "-":
+                continue
+            real = os.path.realpath(value)
+            if os.path.commonpath([home, real]) != home:
+                problems.append(
+                    (
+                        ("filters", name, "source", kind),
+                        f"{source[kind]!r} is outside the file's directory ({home}): put the file there, or set "
+                        "source.allow_outside = true if reading it from there is meant",
+                    )
+                )
+    return problems
 
 
 def _relative(body: dict[str, Any], names: tuple[str, ...], base: str) -> dict[str, Any]:

@@ -68,6 +68,7 @@ SOURCE: dict[str, Kind] = {
     "encoding": "str",
     "header": "bool",
     "skip_bad_rows": _range("int", 0),
+    "allow_outside": "bool",  # a csv or parquet path outside the file's directory, on purpose
 }
 REBUILD: dict[str, Kind] = {
     "swap": "bool",

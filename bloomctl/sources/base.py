@@ -9,6 +9,7 @@ rebuild's catch-up.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -261,7 +262,10 @@ class ItemFormatter:
             return int(column) - 1
         if self.names is None:
             raise UsageError("column %r: without a header, name columns by position (1, 2, ...)", column)
-        raise UsageError("no column %r; the header has: %s", column, ", ".join(self.names))
+        shown = header_names(self.names)
+        if shown is None:
+            raise UsageError("no column %r; the header's %s fields %s", column, len(self.names), NOT_SHOWN)
+        raise UsageError("no column %r; the header has: %s", column, shown)
 
     @property
     def width(self) -> int:
@@ -387,3 +391,17 @@ def prefetched(batches: Iterator[Batch], depth: int = 4) -> Iterator[Batch]:
 class _Failed:
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+_COLUMN_NAME = re.compile(r"[\w .()\[\]/#%-]{1,64}")
+
+
+def header_names(names: list[str]) -> str | None:
+    """A header's names for an error line, when they look like column names; None when they do not:
+    a file that is not the export meant (a credentials file, say) never has its first line printed."""
+    if len(names) <= 64 and all(_COLUMN_NAME.fullmatch(name) for name in names):
+        return ", ".join(names)
+    return None
+
+
+NOT_SHOWN = "do not look like column names (not shown: is it the file meant?)"

@@ -30,7 +30,16 @@ from bloomctl import extras
 from bloomctl.defaults import DEFAULT_DELIMITER, DEFAULT_ENCODING, DEFAULT_SKIP_BAD_ROWS
 from bloomctl.errors import SourceError, UsageError
 from bloomctl.sources.arrow_errors import Unsure
-from bloomctl.sources.base import BadRows, Batch, ItemFormatter, SourceStats, item_list, rebatch
+from bloomctl.sources.base import (
+    NOT_SHOWN,
+    BadRows,
+    Batch,
+    ItemFormatter,
+    SourceStats,
+    header_names,
+    item_list,
+    rebatch,
+)
 from bloomctl.sources.csv_cuts import cut_ranges
 
 BLOCK_BYTES = 1 << 20
@@ -229,11 +238,13 @@ class CsvSource:
             fmt = ItemFormatter(names, self.column, self.template, self.prefix)
             width = len(names) if names is not None else _first_row_width(rest, self.delimiter)
             if width and fmt.width > width:  # every row would be bad: a usage error, found before any write
-                where = (
-                    f"the header has {width}: " + ", ".join(names)
-                    if names is not None
-                    else f"the first row has {width}"
-                )
+                shown = header_names(names) if names is not None else None
+                if names is None:
+                    where = f"the first row has {width}"
+                elif shown is None:
+                    where = f"the header has {width}, which {NOT_SHOWN}"
+                else:
+                    where = f"the header has {width}: {shown}"
                 raise UsageError("the item needs column %s, but %s", fmt.width, where)
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise SourceError("cannot read %s: %s", self.name, exc) from None
