@@ -348,7 +348,16 @@ def test_rotating_several_windows_goes_on_past_a_broken_one(plain, cli_plain):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("keep", "0"), ("keep", "-2"), ("period", "0"), ("period", "1800"), ("headroom", "nan"), ("ahead", "-1")],
+    [
+        ("keep", "0"),
+        ("keep", "-2"),
+        ("period", "0"),
+        ("period", "1800"),
+        ("headroom", "nan"),
+        ("ahead", "-1"),
+        ("prefix", "{other}"),  # (#24 item 5: passed rotate and info, and every add then failed)
+        ("prefix", ""),
+    ],
 )
 def test_damaged_settings_are_refused_and_expire_nothing(plain, cli_plain, field, value):
     """keep 0 made rotate expire the live current bucket; period 0 divided by zero (a traceback)."""

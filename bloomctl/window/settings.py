@@ -194,6 +194,8 @@ def read_window(client: RedisClient, name: str | bytes) -> WindowSpec:
         spec.backend not in backends.names()
         or spec.kind != backends.get(spec.backend).kind
         or int(fields.get("offset", -1)) != spec.offset
+        # the functions make the buckets' names from this field: another one sends every add elsewhere
+        or fields.get("prefix", "").encode("utf-8", "surrogateescape") != spec.prefix
     ):
         raise StateConflict("%r holds damaged window settings", to_display(raw))
     return spec
