@@ -44,3 +44,22 @@ def test_a_real_headers_names_are_still_shown(cli_plain, plain, tmp_path):
     (tmp_path / "users.csv").write_text("user_id,email\n1,a@example.com\n")
     refused = cli_plain("--config", str(_config(tmp_path, "users.csv", plain.url)), "rebuild", "users")
     assert refused.exit_code == 2 and "no column 'id'; the header has: user_id, email" in refused.stderr
+
+
+def test_a_user_denied_the_upload_builds_on_the_server_or_is_told_first(cli_bloom, bloom, tmp_path):
+    """`--build auto` with BF.LOADCHUNK denied hashed the whole source, then failed (exit 3): the
+    probe now tries the upload on its own key, and auto builds on the server instead."""
+    client = bloom.client()
+    client.execute_command("ACL", "SETUSER", "noload", "on", ">pw", "~*", "&*", "+@all", "-bf.loadchunk")
+    try:
+        url = bloom.url.replace("redis://", "redis://noload:pw@", 1)
+        csv = tmp_path / "u.csv"
+        csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(2000)))
+        args = ("rebuild", "users", "--from-csv", str(csv), "-c", "10000", "-e", "0.01", "--format", "json")
+        auto = cli_bloom(*args, "--swap", url=url)
+        assert auto.exit_code == 0, auto.stderr
+        assert '"build": "server"' in auto.stdout and "may not upload" in auto.stderr, auto.stderr
+        forced = cli_bloom(*args, "--build", "client", url=url)
+        assert forced.exit_code == 4 and "may not upload" in forced.stderr, forced.stderr
+    finally:
+        client.execute_command("ACL", "DELUSER", "noload")

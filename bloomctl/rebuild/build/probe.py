@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import secrets
+from typing import Any
 
 import numpy as np
 
@@ -68,4 +69,18 @@ def _compare(client: RedisClient, backend: str, key: bytes, items: list[bytes]) 
         _cursor, header = client.execute_command("BF.SCANDUMP", key, 0)
         if layout.with_count(array.count) != header:
             return "the header the client would upload differs from the server's"
+        return _may_upload(client, key, array.data)
+    return None
+
+
+def _may_upload(client: RedisClient, key: bytes, data: Any) -> str | None:
+    """The upload's command, tried on the probe with its own bits (which changes nothing): a user
+    denied BF.LOADCHUNK learns it now, not after the whole source was hashed (and `auto` builds on
+    the server instead)."""
+    from redis.exceptions import NoPermissionError
+
+    try:
+        redisbloom.upload_chunks(client, key, data, [0])
+    except NoPermissionError as exc:
+        return f"this user may not upload the bits ({str(exc).splitlines()[0][:120]})"
     return None
