@@ -54,3 +54,9 @@ DEFAULT_SKIP_BAD_ROWS = 0
 DEFAULT_WARN = 0.8  # WARN above this fill ratio (or the max, when that is lower)
 DEFAULT_MAX_FILL = 1.0  # OVER (exit 1) above this fill ratio
 MAX_TIMEOUT = 86_400.0  # seconds: --timeout and --connect-timeout (a socket timeout must be finite)
+
+# --- counts a filter's bits must support --------------------------------------------------------
+# A count above the estimate from the bits by more than this share (or the estimate's own noise)
+# is settled by a parallel build (items repeated across its parts), and is the most a restore
+# accepts before it takes the dump for damaged: a dump of any filter bloomctl built restores.
+COUNT_TOLERANCE = 0.01  # the estimate is within 0.003% of the true count at 10M distinct items

@@ -29,6 +29,12 @@ def scandump(client: RedisClient, key: bytes, command: str) -> Iterator[tuple[in
         yield int(cursor), data if isinstance(data, bytes) else bytes(data or b"")
 
 
+def chunk_start(cursor: int, length: int) -> int:
+    """Where a data chunk of ``length`` bytes that came with ``cursor`` starts in the filter's data
+    (its sub-filters' bytes end to end): the iterator is the chunk's end position plus one."""
+    return cursor - length - 1
+
+
 def pieces(cursor: int, data: bytes) -> Iterator[tuple[int, bytes]]:
     """A data chunk of SCANDUMP, up to 16 MiB and 7-10 ms of LOADCHUNK on the server, as pieces of
     at most LOADCHUNK_PIECE bytes: a piece ending ``b`` bytes into the chunk carries the iterator

@@ -194,6 +194,7 @@ RESTORE = (
     "bf:BF.LOADCHUNK {restore} 1 x",
     "bf:PEXPIRE {restore} 3600000",
     "bf:BF.INFO {restore}",
+    "bf:BF.SCANDUMP {restore} 0",  # the loaded filter's layout, for the check of its bits
     "bitmap:SET {restore} v PX 3600000",
     "bitmap:GETRANGE {restore} 0 63",
     "bitmap:STRLEN {restore}",

@@ -15,25 +15,33 @@ Layout (integers big-endian), documented in docs/dump-format.md::
 
 A reader checks each chunk's CRC before handing it on and the SHA-256 at the end, so a restore
 refuses a corrupt or truncated file having written nothing but its scratch key, which it removes.
+Reading a regular file, it also checks at once that the file holds the bytes its header declares:
+a server reserves a filter's whole size when it loads the filter's header.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from bloomctl.errors import SourceError
+from bloomctl.errors import BloomctlError, SourceError
 
 MAGIC = b"BLOOMCTL-DUMP\n"
 VERSION = 1
 FORMAT = "bloomctl-dump"
 MAX_HEADER = 1 << 20  # a header is a few hundred bytes: more means the file is not what it says
 MAX_CHUNK = 1 << 28  # SCANDUMP sends sub-filters in chunks of at most 16 MiB; bitmap slices are 1 MiB
+
+# A filter's reported size counts its structs, which its dump does not carry: RedisBloom's are 32
+# bytes, and 64 per sub-filter, more than its header chunk; a cuckoo filter's fewer.
+SIZE_BEYOND_DATA = 64  # bytes per member, and per sub-filter
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -93,6 +101,48 @@ def write(out: IO[bytes], header: dict[str, Any], chunks: Iterator[Chunk]) -> tu
     return count, total
 
 
+def _bytes_left(stream: IO[bytes]) -> int | None:
+    """The bytes from the stream's position to its end when it is a regular file; None for a pipe,
+    a terminal, a socket, or a stream without a file."""
+    try:
+        info = os.fstat(stream.fileno())
+        return info.st_size - stream.tell() if stat.S_ISREG(info.st_mode) else None
+    except (AttributeError, OSError, ValueError):  # (io.UnsupportedOperation is both of the last two)
+        return None
+
+
+def declared_data(header: dict[str, Any]) -> int | None:
+    """The least number of bytes of chunk data a dump of ``header``'s members holds (each member's
+    size less its structs; none for an empty filter that the server dumps without chunks, which
+    a restore reserves anew); None for a header without well-formed members (a restore refuses it)."""
+    from bloomctl import backends
+
+    members = header.get("members")
+    if not isinstance(members, list) or header.get("backend") not in backends.names():
+        return None
+    total = 0
+    for member in members:
+        size, filters = (member.get("size_bytes"), member.get("filters")) if isinstance(member, dict) else (None, None)
+        if not (isinstance(size, int) and isinstance(filters, int) and size >= 0 and filters >= 0):
+            return None  # (a bool is refused with the rest of the header)
+        chunkless = _chunkless(header, member)
+        if chunkless is None:  # a malformed member: refused later
+            return None
+        total += 0 if chunkless else max(size - SIZE_BEYOND_DATA * (filters + 1), 0)
+    return total
+
+
+def _chunkless(header: dict[str, Any], member: Any) -> bool | None:
+    """Whether a member is an empty filter the server dumps without chunks (reserved anew by a
+    restore); None for a malformed one."""
+    from bloomctl import backends
+
+    try:
+        return backends.get(header["backend"]).reserve_like(b"", member) is not None
+    except (BloomctlError, LookupError, TypeError, ValueError):
+        return None
+
+
 class Reader:
     """Reads a dump: ``header`` at once, then ``chunks()`` one at a time, each checked; the end
     (counts and SHA-256) is checked when the last chunk has been handed on."""
@@ -126,6 +176,23 @@ class Reader:
         self.header: dict[str, Any] = header
         self.chunk_count = 0
         self.bytes = 0
+        self.file_bytes = _bytes_left(stream)  # what follows the header, in a regular file; else None
+        declared = declared_data(header)
+        if self.file_bytes is not None and declared is not None and self.file_bytes < declared:
+            raise DumpCorrupt(
+                "%s is truncated or forged: its header declares filters of at least %s bytes, and %s bytes follow it",
+                name,
+                f"{declared:,}",
+                f"{self.file_bytes:,}",
+            )
+
+    def chunkless(self, member: int) -> bool:
+        members = self.header.get("members")
+        return (
+            isinstance(members, list)
+            and 0 <= member < len(members)
+            and _chunkless(self.header, members[member]) is True
+        )
 
     def chunks(self) -> Iterator[Chunk]:
         member = 0
@@ -143,6 +210,10 @@ class Reader:
             if kind == b"M":
                 (member,) = _U16.unpack(self.stream.read(2, "a member record"))
             elif kind == b"C":
+                if self.chunkless(member):  # its filter is made anew: a chunk could only make it another size
+                    raise DumpCorrupt(
+                        "%s is forged: a chunk for member %s, an empty filter that has none", self.name, member
+                    )
                 head = self.stream.read(_CHUNK.size, "a chunk")
                 cursor, length = _CHUNK.unpack(head)
                 if length > MAX_CHUNK:

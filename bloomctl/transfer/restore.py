@@ -35,7 +35,7 @@ from bloomctl.sizing.bloom import plan
 from bloomctl.transfer.dump import KEPT_META
 from bloomctl.transfer.dumpfile import Chunk, DumpCorrupt
 from bloomctl.transfer.scratch import SCRATCH_TTL_MS, ScratchWriter
-from bloomctl.transfer.validate import check_header, check_target
+from bloomctl.transfer.validate import check_header, check_sizes, check_target
 
 Events = Callable[[str, dict[str, Any]], None]
 
@@ -145,6 +145,7 @@ def restore(
     if swap:
         guards.check()  # refused before the whole dump is loaded, not after
     check_header(header)
+    check_sizes(header)  # before anything is reserved: the server allocates what a header declares
     raw = to_bytes(key)
     family = KeyFamily.of(raw)
     check_family(client, family)
@@ -201,8 +202,9 @@ def _dry_run(
     """A restore's checks without a write: the lock free (and scripts allowed), the target's keys
     and members, memory, with ``guards`` the swap's shrink guard on the dump's declared count, then
     every chunk read (the reader checks each one's CRC and the file's SHA-256). What only loading
-    shows (the chunks' offsets against the header, a cuckoo filter's fingerprint count) is checked
-    by the real restore, before anything becomes the standby."""
+    shows (the chunks' offsets against the header, a Bloom filter's set bits against its count, a
+    cuckoo filter's fingerprint count) is checked by the real restore, before anything becomes the
+    standby."""
     FilterLock(client, key).check_free(scripts=True)
     manifest, _fresh = _targets(client, key, header, backend)  # (a new manifest is made, not written)
     families = [KeyFamily.of(member) for member in manifest.members] if manifest else [KeyFamily.of(key)]

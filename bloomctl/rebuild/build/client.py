@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from bloomctl import native as kernel
+from bloomctl.defaults import COUNT_TOLERANCE
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.routing import route
@@ -158,7 +159,6 @@ class Build:
             self.check(index)
 
 
-COUNT_TOLERANCE = 0.01  # the estimate is within 0.003% of the true count at 10M distinct items
 POPCOUNT_CHUNK = 1 << 20  # bytes counted at a time: no temporary the size of the filter
 
 
