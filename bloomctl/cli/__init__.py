@@ -400,9 +400,10 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def _ignore_signals() -> None:
-    """The last exit handler: past it the interpreter puts back the default handlers, under which a
-    signal would kill the process with no line (exit -15). The command has run and said so: a
-    signal now changes nothing, and is ignored."""
+    """An exit handler, registered once the command has run (so it runs before the others): past
+    the exit handlers the interpreter puts back the default handlers, under which a signal would
+    kill the process with no line (exit -15). The command has run and said so: a signal now
+    changes nothing, and is ignored."""
     import signal
 
     for signum in (signal.SIGINT, signal.SIGTERM):
