@@ -2,8 +2,9 @@
 (exit -15, no line) in 9 of 10 runs, and in another series exited 130 (Ctrl-C's code). The handler
 now covers the run until the process ends: exit 143, with a line that says the swap stands.
 
-Each run here sends SIGTERM the moment the swap is seen on the server (the standby gone), so the
-signal lands while the process renders, closes its client or exits."""
+Each run here stops the process (SIGSTOP) the moment the swap is seen on the server (the standby
+gone), sends the signal and lets it go on: the signal lands while it renders, closes its client or
+exits, whatever the machine's load."""
 
 from __future__ import annotations
 
@@ -50,8 +51,13 @@ def _swap_and_signal(server, signum: int) -> tuple[int, str]:
     )
     deadline = time.monotonic() + 30
     while client.exists(family.standby) and time.monotonic() < deadline:
-        pass  # as tight as a round trip: the signal should land right after the swap
-    proc.send_signal(signum)
+        pass  # as tight as a round trip: the process is stopped right after the swap
+    try:  # frozen where it stands, signalled, then let go: the signal lands wherever it stopped
+        os.kill(proc.pid, signal.SIGSTOP)
+        os.kill(proc.pid, signum)
+        os.kill(proc.pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # it had exited already (and exited 0: the signal came after it)
     _out, err = proc.communicate(timeout=30)
     return proc.returncode, err
 

@@ -393,7 +393,7 @@ class _Failed:
         self.error = error
 
 
-_COLUMN_NAME = re.compile(r"[\w .()\[\]/#%-]{1,64}")
+_COLUMN_NAME = re.compile(r"[\w .()\[\]/#%`-]{1,64}")
 
 
 def header_names(names: list[str]) -> str | None:
