@@ -31,15 +31,19 @@ BACKENDS = [pytest.param("redisbloom", marks=pytest.mark.redisbloom), "bitmap"]
 MB = 1 << 20
 
 
-@pytest.fixture(params=BACKENDS)
-def side(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Target]:
-    """A new server of its own (with RedisBloom for `redisbloom`): its memory peak is this test's."""
-    shared = request.getfixturevalue("bloom" if request.param == "redisbloom" else "plain")
+def _own_server(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Target]:
+    """A new server of its own (with RedisBloom for its RedisBloom backends): its memory peak is this test's."""
+    shared = request.getfixturevalue("bloom" if request.param.startswith("redisbloom") else "plain")
     server = RedisServer(workdir, module=shared.module)
     try:
         yield Target(request.param, "standalone", server.url)
     finally:
         server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def side(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Target]:
+    yield from _own_server(request, workdir)
 
 
 def make(side: Target, key: str, capacity: int, items: int, *, grow: bool = False, prefix: str = "user") -> list[str]:
@@ -278,12 +282,7 @@ CUCKOO = [pytest.param("redisbloom-cuckoo", marks=pytest.mark.redisbloom), "lua-
 
 @pytest.fixture(params=CUCKOO)
 def cside(request: pytest.FixtureRequest, workdir: Path) -> Iterator[Target]:
-    shared = request.getfixturevalue("bloom" if request.param == "redisbloom-cuckoo" else "plain")
-    server = RedisServer(workdir, module=shared.module)
-    try:
-        yield Target(request.param, "standalone", server.url)
-    finally:
-        server.stop()
+    yield from _own_server(request, workdir)
 
 
 def cuckoo(side: Target, key: str, capacity: int, items: int, *extra: str) -> list[str]:

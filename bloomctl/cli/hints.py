@@ -46,18 +46,21 @@ class Hints:
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
 
+    @property
+    def prefix(self) -> str:
+        """The variables put before the command (``BLOOMCTL_PASSWORD="$VAR" ``)."""
+        return "".join(f"{name}={value} " for name, value in self.env.items())
+
     def command(self, *args: str) -> str:
         """`` `bloomctl ARGS` `` quoted for a POSIX shell, in backticks, and the note after them."""
-        prefix = "".join(f"{name}={value} " for name, value in self.env.items())
-        return f"`{prefix}{shlex.join(['bloomctl', *self.words, *args])}`{self.note}"
+        return f"`{self.prefix}{shlex.join(['bloomctl', *self.words, *args])}`{self.note}"
 
     def rewrite(self, text: str) -> str:
         """A message's `` `bloomctl ...` `` commands with this server's options (and the note once)."""
         if not (self.words or self.env) or "`bloomctl " not in text:
             return text
-        prefix = "".join(f"{name}={value} " for name, value in self.env.items())
         inserted = shlex.join(self.words) + " " if self.words else ""
-        rewritten, count = _COMMAND.subn(f"`{prefix}bloomctl {inserted}".replace("\\", "\\\\"), text)
+        rewritten, count = _COMMAND.subn(f"`{self.prefix}bloomctl {inserted}".replace("\\", "\\\\"), text)
         return rewritten + (self.note if count else "")
 
 
