@@ -64,20 +64,18 @@ end
 -- Where the standby stands: 'log' (a rebuild loads it: append to its log), 'direct' (write it too),
 -- or nil (no standby, or one no rebuild is working on: leave it alone). Logging needs the rebuild's
 -- lock to be there: a rebuild killed part-way leaves its standby 'loading', and the log must not
--- grow with every write until someone notices.
+-- grow with every write until someone notices. A rebuild marks the metadata before it reserves the
+-- standby, so logging starts at the mark: a write between the two is replayed, not lost.
 local function standby_mode(keys)
-  if redis.call('EXISTS', keys[2]) == 0 then
-    return nil
-  end
   local meta = redis.call('HMGET', keys[3], 'state', 'dual')
   local state, mode = meta[1], meta[2]
-  if state == 'failed' or state == 'interrupted' then
-    return nil
-  end
   if mode == 'log' then
     if state == 'loading' and redis.call('EXISTS', keys[5]) == 1 then
       return 'log'
     end
+    return nil
+  end
+  if state == 'failed' or state == 'interrupted' or redis.call('EXISTS', keys[2]) == 0 then
     return nil
   end
   return 'direct'

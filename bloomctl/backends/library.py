@@ -24,8 +24,9 @@ from bloomctl.server.topology import node_name, primaries
 
 LIBRARY_NAME = "bloomctl"
 # 2: bloomctl_add/exists pass errors on instead of answering nil; 3: cuckoo filters, dual writes to
-# them, time-windowed filters
-LIBRARY_VERSION = 3
+# them, time-windowed filters; 4: a cuckoo dual write is logged from the moment the rebuild marks its
+# standby, before the standby exists (version 3 lost a write made between the two)
+LIBRARY_VERSION = 4
 PARTS = ("bitmap.lua", "cuckoo.lua", "dual.lua", "window.lua")
 FUNCTIONS, SCRIPT = "functions", "script"
 HANDLERS = {  # every operation of the library, and whether it only reads
