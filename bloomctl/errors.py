@@ -99,6 +99,11 @@ class KeyMissing(StateConflict):
     filter_key: bytes | None = None  # the filter name the user gave (the CLI may suggest close ones)
 
 
+class MadeMeanwhile(StateConflict):
+    """A first build (``only_if_missing``) found, under the lock, the filter made meanwhile by
+    another run: nothing was built."""
+
+
 class WrongType(StateConflict):
     """A key exists but holds something other than a Bloom filter."""
 

@@ -1,14 +1,21 @@
 """`bloomctl apply` on real servers: a dry run changes nothing, apply creates what is missing (a
 sourced filter from its source, never empty) and nothing else; a conflicting key, a failed
 creation, a profile that does not answer or a declaration it cannot create leave the others to
-go on; window buckets are never removed."""
+go on; window buckets are never removed; two runs at once make each filter once."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import time
+
+import pytest
 
 from bloomctl import backends
+from bloomctl.keys import KeyFamily
+from bloomctl.server.capabilities import detect
 from tests.helpers.declared import four_filters
 from tests.helpers.redis import client_of, snapshot
 from tests.servers import free_port
@@ -158,3 +165,100 @@ def test_bloomctl_password_is_not_sent_to_a_profile_server(plain, tmp_path, cli)
     path.write_text(f'[profiles.default]\nurl = "{plain.url}"\n[filters.a]\ncapacity = 10\nerror_rate = "1%"\n')
     result = cli("--config", str(path), "apply", env={"BLOOMCTL_PASSWORD": "meant-for-another-server"})
     assert result.exit_code == 0, result.output  # (AUTH with it would fail: this server has no password)
+
+
+def _slow_file(server, tmp_path, wait: float | None = None):
+    """Two filters built from a source at 20,000 items/s (a second each), two reserved, a window."""
+    (tmp_path / "ids.csv").write_text("id\n" + "".join(f"id:{i}\n" for i in range(20_000)))
+    built = "".join(
+        f'[filters.{name}]\ncapacity = 50_000\nerror_rate = "1%"\nsource.csv = "ids.csv"\n'
+        'rebuild.build = "server"\nrebuild.max_rate = 20_000\n'
+        for name in ("b1", "b2")
+    )
+    reserved = "".join(f'[filters.{name}]\ncapacity = 1000\nerror_rate = "1%"\n' for name in ("r1", "r2"))
+    window = (
+        '[filters.w]\ntype = "windowed"\ncapacity = 1000\nerror_rate = "1%"\nwindow.period = "1h"\nwindow.keep = 3\n'
+    )
+    path = tmp_path / "bloomctl.toml"
+    path.write_text(f'version = 1\n[profiles.default]\nurl = "{server.url}"\n{built}{reserved}{window}')
+    return path
+
+
+def _apply_process(path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bloomctl", "--config", str(path), "apply", "--yes", "--format", "json", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_two_applies_at_once_make_each_filter_once_and_both_succeed(plain, tmp_path):
+    """(#24 item 4) Two runs at once on one file both exited 6 although every filter was made: the
+    one that found a filter's lock held called it a failure. A held filter is put off, waited for,
+    and reported as made by the other run; each filter is made once, both runs exit 0."""
+    path = _slow_file(plain, tmp_path)
+    runs = [_apply_process(path), _apply_process(path)]
+    outputs = [run.communicate(timeout=60) for run in runs]
+    for run, (_out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, err.decode()
+    results = [{c["filter"]: c.get("result") for c in json.loads(out)["changes"]} for out, _ in outputs]
+    for name in ("b1", "b2", "r1", "r2"):
+        made = [r[name]["message"] for r in results if r.get(name)]
+        assert all(r[name]["done"] for r in results if r.get(name))
+        assert sum(m.startswith(("built from its source", "created")) for m in made) == 1, made
+    meanwhile = [r[n] for r in results for n in ("b1", "b2") if r.get(n) and "made meanwhile" in r[n]["message"]]
+    assert meanwhile, "the two runs did not overlap: nothing was tested"
+    client = client_of(plain)
+    for name in ("b1", "b2"):
+        family = KeyFamily.of(name)
+        assert backends.for_key(client, name).card(client, name) == 20_000
+        assert not client.exists(family.old), "built twice: a second build replaced the first"
+    assert client.exists("w") and backends.for_key(client, "r1").info(client, "r1").reserved_capacity == 1000
+
+
+def test_a_held_filter_is_waited_for_then_made_here_or_left_with_exit_6(plain, tmp_path):
+    """A filter whose lock another run holds: made here once that run lets go without making it;
+    still held after --lock-wait, it is the one thing left undone (exit 6, the holder named), and
+    the others are made."""
+    path = _slow_file(plain, tmp_path)
+    client = client_of(plain)
+    lock = KeyFamily.of("b1").lock
+    holder = json.dumps({"token": "t", "command": "bloomctl rebuild", "pid": 4242, "host": "elsewhere"})
+    client.set(lock, holder, px=60_000)
+    run = _apply_process(path, "--lock-wait", "1")
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 6, err.decode()
+    results = {c["filter"]: c["result"] for c in json.loads(out)["changes"]}
+    assert not results["b1"]["done"] and results["b1"]["exit_code"] == 6
+    assert "pid 4242 on elsewhere" in results["b1"]["held_by"] and "waited 1s" in results["b1"]["error"]
+    assert all(results[name]["done"] for name in ("b2", "r1", "r2", "w"))
+    assert not client.exists("b1") and client.get(lock) == holder.encode()  # another run's lock: left alone
+    run = _apply_process(path, "--lock-wait", "30")
+    time.sleep(1.5)  # it puts b1 off, and waits for it
+    client.delete(lock)  # the holder stops without having made it
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, err.decode()
+    result = {c["filter"]: c.get("result") for c in json.loads(out)["changes"]}["b1"]
+    assert result["done"] and result["message"].startswith("built from its source") and "elsewhere" in result["held_by"]
+    assert backends.for_key(client, "b1").card(client, "b1") == 20_000
+
+
+def test_a_first_build_leaves_a_filter_made_while_it_waited_for_the_lock(target, tmp_path):
+    """The check under the lock: a first build (apply's) that finds the filter made meanwhile
+    builds nothing, leaves that filter as it is, and frees the lock."""
+    from bloomctl.errors import MadeMeanwhile
+    from bloomctl.lifecycle.front import reserve
+    from bloomctl.rebuild import RebuildOptions, rebuild
+    from bloomctl.sizing.bloom import plan
+    from bloomctl.sources import CsvSource
+
+    client, server = target.client, detect(target.client)
+    csv = tmp_path / "ids.csv"
+    csv.write_text("id\n" + "".join(f"id:{i}\n" for i in range(100)))
+    nonscaling = target.backend.name == "bitmap"
+    reserve(client, server, "users", plan(1000, 0.01, None if nonscaling else 2), backend=target.backend.name)
+    before = snapshot(client)
+    options = RebuildOptions(capacity=500, error_rate=0.01, swap=True, only_if_missing=True, nonscaling=nonscaling)
+    with pytest.raises(MadeMeanwhile, match="made meanwhile by another run"):
+        rebuild(client, server, "users", CsvSource(str(csv)), options)
+    assert snapshot(client) == before  # no standby, no lock, the filter as it was

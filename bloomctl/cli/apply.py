@@ -8,8 +8,9 @@ import click
 
 from bloomctl.cli.confirm import ask, confirmer
 from bloomctl.cli.context import AppContext
-from bloomctl.cli.options import format_option, yes_option
+from bloomctl.cli.options import Number, format_option, yes_option
 from bloomctl.cli.render import emit_json, to_flags
+from bloomctl.defaults import MAX_LOCK_WAIT_SECONDS
 from bloomctl.errors import BloomctlError, ExitCode
 
 if TYPE_CHECKING:  # pragma: no cover - the library loads when the command runs (start-up time)
@@ -24,10 +25,21 @@ SYMBOLS = {"create": "+", "rotate": "+", "drift": "~", "unchanged": "=", "confli
 @click.command("apply")
 @click.argument("names", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Print what would be created; change nothing.")
+@click.option(
+    "--lock-wait",
+    metavar="SECONDS",
+    type=Number(min=0, max=MAX_LOCK_WAIT_SECONDS),
+    default=600,
+    show_default=True,
+    help="A filter another run is making (another apply, a rebuild): wait this long for it, once the "
+    "others are made, then report it made by that run (or make it, if that run failed); 0 does not wait.",
+)
 @yes_option
 @format_option("text", "json")
 @click.pass_obj
-def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, yes: bool, output_format: str) -> None:
+def apply_command(
+    app: AppContext, names: tuple[str, ...], dry_run: bool, lock_wait: float, yes: bool, output_format: str
+) -> None:
     """Create what bloomctl.toml declares and the server lacks (or those NAMES); never delete or resize.
 
     Prints a plan first: + to create (a filter with a source by its first rebuild, never empty;
@@ -35,8 +47,11 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, yes: b
     drift (reported with the command that resolves it, usually a rebuild: apply changes no live
     filter), = unchanged, ! a key that holds something else. Then creates, one at a time.
     Asks on a terminal before it creates anything, naming what (unless --yes; never without a
-    terminal). Exit 0 when everything missing was created (drift alone exits 0: `bloomctl check` is the
-    gate), 5 when a key holds something else, else the first failed creation's code.
+    terminal). Two runs at once make each filter once: a filter another run is making is put off,
+    then waited for (--lock-wait) and reported as made by it. Exit 0 when everything missing was
+    created, by this run or another (drift alone exits 0: `bloomctl check` is the gate), 5 when a
+    key holds something else, 6 when another run still held a filter after --lock-wait, else the
+    first failed creation's code.
 
     \b
     Examples:
@@ -62,6 +77,7 @@ def apply_command(app: AppContext, names: tuple[str, ...], dry_run: bool, yes: b
             build=build,
             log=app.output.log,
             describe=_failure_message,
+            lock_wait=lock_wait,
         )
 
     if not dry_run and confirmer(yes) is not None:  # on a terminal: the plan first, as terraform shows it
@@ -100,6 +116,8 @@ def _render_plan(applied: Applied) -> None:
         if made is not None:
             verdict = made.text if made.done else f"FAILED (exit {made.exit_code}): {made.text}"
             click.echo(f"  {'':<{width}}  -> {verdict}")
+            if made.held_by:
+                click.echo(f"  {'':<{width}}     (another run held it at first: {made.held_by})")
     wanted = sum(c.action in ("create", "rotate") for c in changes)
     drifted = sum(c.action == "drift" for c in changes)
     conflicts = sum(c.action in ("conflict", "invalid", "error") for c in changes)
@@ -107,5 +125,6 @@ def _render_plan(applied: Applied) -> None:
         head = f"dry run: {wanted} to create, nothing changed"
     else:
         done = sum(1 for made in created.values() if made.done)
-        head = f"{done} of {wanted} created"
+        elsewhere = sum(1 for made in created.values() if made.elsewhere)
+        head = f"{done} of {wanted} created" + (f" ({elsewhere} by another run)" if elsewhere else "")
     click.echo(f"\n{head}; {drifted} drifted (apply changes no live filter); {conflicts} cannot be applied")

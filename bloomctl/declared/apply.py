@@ -29,7 +29,7 @@ from bloomctl.declared.declarations import (
     summarize,
     window_drift,
 )
-from bloomctl.declared.fleet import Connect, Fleet, Log, no_log, reason
+from bloomctl.declared.fleet import Connect, Fleet, Log, Outcome, no_log, reason
 from bloomctl.errors import ExitCode, KeyMissing, StateConflict, first_line
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
@@ -42,6 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover - the library's heavier parts load when a 
     from bloomctl.window.rotation import RotateReport
     from bloomctl.window.settings import WindowSpec
 
+# how long a run waits for a filter another run is making, once its other filters are made
+DEFAULT_LOCK_WAIT = 600.0
+MEANWHILE = "made meanwhile by another run: nothing built here"
 PROBE_CAPACITY = 1_000  # the capacity a plan is checked with while the real one is counted at the build
 
 CREATE, ROTATE, DRIFT, UNCHANGED, CONFLICT = "create", "rotate", "drift", "unchanged", "conflict"
@@ -262,16 +265,24 @@ def make_window(client: RedisClient, server: ServerInfo, decl: Declared) -> Rota
 
 @dataclass(frozen=True)
 class Created:
-    """What came of making one missing filter: done, or why not (with its exit code)."""
+    """What came of making one missing filter: done, or why not (with its exit code); ``held_by``,
+    the other run that held its lock when this one first came to it."""
 
     done: bool
     text: str  # what was made, or the error
     exit_code: int = 0
+    held_by: str | None = None
+
+    @property
+    def elsewhere(self) -> bool:
+        """Made by another run while this one planned or waited."""
+        return self.done and self.text.startswith("made meanwhile")
 
     def as_dict(self) -> dict[str, Any]:
+        held = {"held_by": self.held_by} if self.held_by else {}
         if self.done:
-            return {"done": True, "message": self.text, "exit_code": self.exit_code}
-        return {"done": False, "error": self.text, "exit_code": self.exit_code}
+            return {"done": True, "message": self.text, "exit_code": self.exit_code, **held}
+        return {"done": False, "error": self.text, "exit_code": self.exit_code, **held}
 
 
 @dataclass
@@ -313,11 +324,13 @@ def run(
     build: Build,
     log: Log = no_log,
     describe: Callable[[BaseException], str] = first_line,
+    lock_wait: float = DEFAULT_LOCK_WAIT,
 ) -> Applied:
     """The plan of every (named) declared filter, then, unless ``dry_run``, each missing one made,
     one at a time. A server that does not answer, or a creation that fails, is that filter's
     problem: the others are still planned and made. ``build`` runs a first build from the source;
-    ``describe`` words a failed creation's error."""
+    ``describe`` words a failed creation's error; ``lock_wait``, how long to wait for a filter
+    another run is making (``create``)."""
     fleet = Fleet(config.select(names), connect)
     applied = Applied(config.path, dry_run)
     for outcome in fleet.each(lambda client, server, decl: change_for(client, server, decl, config.path)):
@@ -329,7 +342,7 @@ def run(
             detail = reason(failure) if outcome.reached else f"profile {decl.profile!r}: {reason(failure)}"
             applied.changes.append(Change(decl, ERROR, detail))
     if not dry_run:
-        applied.created = create(fleet, applied.changes, build=build, log=log, describe=describe)
+        applied.created = create(fleet, applied.changes, build=build, log=log, describe=describe, lock_wait=lock_wait)
         applied.codes.update({name: made.exit_code for name, made in applied.created.items()})
     for change in applied.changes:
         if change.action == CONFLICT:
@@ -346,39 +359,80 @@ def create(
     build: Build,
     log: Log = no_log,
     describe: Callable[[BaseException], str] = first_line,
+    lock_wait: float = DEFAULT_LOCK_WAIT,
 ) -> dict[str, Created]:
     """Make each missing filter (or window's buckets) of the plan; each one's outcome, a failure
-    included (the others go on)."""
-    wanted = {c.decl.name: c for c in changes if c.action in (CREATE, ROTATE)}
+    included (the others go on). A filter whose lock another run holds (another apply, a rebuild)
+    is put off until the others are made, then waited for, ``lock_wait`` seconds at most: made
+    meanwhile by that run, it is reported so and not built again; still missing once the lock is
+    free, it is made here."""
+    from bloomctl.errors import LockHeld
+    from bloomctl.keys import KeyFamily
+    from bloomctl.lifecycle.lock import describe_holder
 
-    def make(client: RedisClient, server: ServerInfo, decl: Declared) -> str:
+    wanted = {c.decl.name: c for c in changes if c.action in (CREATE, ROTATE)}
+    held: dict[str, str] = {}  # by the filter's name: the run that held its lock at the first try
+
+    def make(client: RedisClient, server: ServerInfo, decl: Declared, *, wait: float = 0.0) -> str:
         change = wanted[decl.name]
-        log(f"apply: {decl.name}: {change.detail}", {"filter": decl.name, "action": change.action}, "info")
-        return _make(client, server, change, build)
+        if not wait:
+            log(f"apply: {decl.name}: {change.detail}", {"filter": decl.name, "action": change.action}, "info")
+        try:
+            return _make(client, server, change, build, wait)
+        except LockHeld:
+            if not wait:
+                raw = client.get(KeyFamily.of(decl.key).lock)
+                held[decl.name] = describe_holder(raw) if raw is not None else "another run, which just released it"
+            raise
 
     created: dict[str, Created] = {}
     for outcome in fleet.each(make, [c.decl for c in wanted.values()]):
         name = outcome.decl.name
-        if outcome.failure is None:
-            created[name] = Created(True, outcome.value or "")
-            continue
-        text = describe(outcome.failure.exception)
-        log(f"apply: {name}: {text}", {"filter": name}, "error")
-        created[name] = Created(False, text, outcome.failure.exit_code)
-    return created
+        if name in held:
+            log(
+                f"apply: {name}: another run holds it ({held[name]}): waiting for it after the others",
+                {"filter": name, "held_by": held[name]},
+                "info",
+            )
+        else:
+            created[name] = _outcome(outcome, describe, log)
+    waiting = functools.partial(make, wait=lock_wait)
+    for outcome in fleet.each(waiting, [wanted[name].decl for name in held]):
+        created[outcome.decl.name] = replace(_outcome(outcome, describe, log), held_by=held[outcome.decl.name])
+    return {name: created[name] for name in wanted}  # in the file's order
 
 
-def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build) -> str:
-    """Make one missing filter as its change says; what was done."""
+def _outcome(outcome: Outcome[str], describe: Callable[[BaseException], str], log: Log) -> Created:
+    name = outcome.decl.name
+    if outcome.failure is None:
+        return Created(True, outcome.value or "")
+    text = describe(outcome.failure.exception)
+    log(f"apply: {name}: {text}", {"filter": name}, "error")
+    return Created(False, text, outcome.failure.exit_code)
+
+
+def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build, lock_wait: float) -> str:
+    """Make one missing filter as its change says; what was done. A filter that another run made
+    since the plan is left as that run made it."""
+    from bloomctl.errors import MadeMeanwhile
+
     decl = change.decl
     if change.how == RESERVE:
         result = reserve(client, server, decl)
-        return "created" if result.created else "it exists already with these parameters"
+        return "created" if result.created else "made meanwhile by another run, as declared: nothing created here"
     if change.how == WINDOW:
         report = make_window(client, server, decl)
         made = sum(a.action == "created" for a in report.actions)
         return f"window ready, {made} bucket(s) made"
-    # its first build is swapped in, whatever rebuild.swap says: there is no filter to keep
+    if client.exists(decl.key):  # before the source is read: its build would be refused under the lock
+        return MEANWHILE
+    # its first build is swapped in, whatever rebuild.swap says: there is no filter to keep; and
+    # under the lock it checks again that no other run made it meanwhile
     source, options = declared_inputs(decl, rebuild_defaults(), {"swap": True})
-    rebuilt = build(client, server, decl.key, source, options)
+    options.update(only_if_missing=True, lock_command="bloomctl apply")
+    options["lock_wait"] = max(options["lock_wait"], lock_wait) if lock_wait else 0.0
+    try:
+        rebuilt = build(client, server, decl.key, source, options)
+    except MadeMeanwhile:
+        return MEANWHILE
     return f"built from its source: {rebuilt.source.items:,} items, swapped in"

@@ -50,6 +50,10 @@ class RebuildOptions:
     swap: bool = False
     keep_old: float = DEFAULT_KEEP_OLD_SECONDS
     lock_wait: float = 0.0
+    # a first build (apply's): under the lock, a filter made meanwhile by another run is left
+    # alone (MadeMeanwhile) rather than built a second time
+    only_if_missing: bool = False
+    lock_command: str = "bloomctl rebuild"  # who holds the lock, as another run's refusal names it
     min_ratio: float = DEFAULT_MIN_RATIO
     allow_shrink: bool = False
     allow_recipe_change: bool = False  # swap in items built otherwise than the active filter's

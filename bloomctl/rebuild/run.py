@@ -15,7 +15,7 @@ from datetime import datetime
 
 from bloomctl.backends import Backend
 from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
-from bloomctl.errors import SourceError, StateConflict, VerifyFailed
+from bloomctl.errors import MadeMeanwhile, SourceError, StateConflict, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle import front as lifecycle
 from bloomctl.lifecycle.guards import SwapGuards
@@ -108,8 +108,10 @@ def under_lock(
     """Steps 2 to 6 under the filter's lock, each given its own settings."""
     backend, run = ready.backend, ready.run
     with FilterLock(
-        client, family.active, command="bloomctl rebuild", ttl_ms=run.lock_ttl_ms, wait=run.lock_wait
+        client, family.active, command=run.lock_command, ttl_ms=run.lock_ttl_ms, wait=run.lock_wait
     ) as lock:
+        if run.only_if_missing and client.exists(family.active):  # a sharded filter's manifest is at the key too
+            raise MadeMeanwhile("%r was made meanwhile by another run: nothing built", to_display(family.active))
         log(
             f"holding the lock {to_display(lock.lock_key)!r} (renewed, ttl {run.lock_ttl_ms / 1000:g}s)",
             {"phase": "lock", "level": "debug", "lock": to_display(lock.lock_key), "ttl_ms": run.lock_ttl_ms},

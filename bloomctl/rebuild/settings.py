@@ -90,6 +90,8 @@ class RunControls:
     force: bool  # skip the free-memory checks
     lock_wait: float
     lock_ttl_ms: int
+    only_if_missing: bool  # a first build: a filter made meanwhile is not built again
+    lock_command: str
 
     @classmethod
     def of(cls, options: RebuildOptions) -> RunControls:
