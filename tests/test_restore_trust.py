@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,11 +77,16 @@ def peak(side: Target) -> int:
 
 
 def restore(side: Target, data: bytes, tmp_path: Path, how: str, key: str = "live", *args: str, swap: bool = True):
-    """`restore KEY --swap` of ``data`` from a pipe (stdin) or a regular file."""
+    """`restore KEY --swap` of ``data`` from a pipe (stdin), a regular file, or one padded after its end."""
     options = [*args, *(["--swap", "--allow-shrink"] if swap else [])]
-    if how == "file":
+    if how in ("file", "padded", "members"):
         path = tmp_path / "crafted.bfdump"
         path.write_bytes(data)
+        if how == "padded":  # a sparse tail of zeros after the end record: the file's length says 2 GiB
+            os.truncate(path, len(data) + 2048 * MB)
+        if how == "members":  # member records (no chunk data) before the end record: 8 MB of them
+            end = len(data) - 1 - struct.calcsize(">QQ32s")
+            path.write_bytes(data[:end] + b"M\0\0" * (8 * MB // 3) + data[end:])
         return side.cli("restore", key, "-i", str(path), *options)
     return side.cli("restore", key, *options, input=data)
 
@@ -246,6 +252,17 @@ def test_a_huge_sub_filter_without_data_is_refused_before_anything_is_reserved(s
     assert peak(side) - memory < MB  # the server allocated nothing for it
     refused(side, result, before, expected)
     refused(side, restore(side, data, tmp_path, how, "live", "--dry-run"), before, expected)
+
+
+@pytest.mark.parametrize(("how", "expected"), [("padded", "bytes follow its end"), ("members", "and its chunks hold")])
+def test_a_file_padded_to_its_declared_size_is_refused_before_anything_is_reserved(side, tmp_path, how, expected):
+    """A file's length can be made to cover its header's sizes without chunk data: a sparse tail
+    after its end record, or records that hold no data. The chunks' own lengths are what count."""
+    data = _crafted(side, 5_000_000, 5_000_000)  # a 6 MB sub-filter, declared
+    before, memory = live(side), peak(side)
+    result = restore(side, data, tmp_path, how)
+    assert peak(side) - memory < MB
+    refused(side, result, before, expected)
 
 
 def test_a_consistent_huge_header_on_a_pipe_is_refused_when_its_data_falls_short(side, tmp_path):

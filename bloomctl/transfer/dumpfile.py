@@ -111,6 +111,42 @@ def _bytes_left(stream: IO[bytes]) -> int | None:
         return None
 
 
+def _chunk_bytes(stream: IO[bytes], left: int, name: str) -> int | None:
+    """The bytes of chunk data the records after the header hold, walked by their headers (each
+    chunk's data skipped with a seek); None where the walk does not come to the end record (a
+    record the reader will refuse with its own words) or the stream cannot seek. Bytes after the
+    end record are refused here. The stream is put back where it was."""
+    try:
+        start = stream.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+    end, total = start + left, 0
+    try:
+        while True:
+            kind = stream.read(1)
+            if kind == b"M":
+                stream.seek(_U16.size, os.SEEK_CUR)
+            elif kind == b"C":
+                head = stream.read(_CHUNK.size)
+                if len(head) != _CHUNK.size:
+                    return None
+                length = _CHUNK.unpack(head)[1]
+                total += length
+                stream.seek(length + _U32.size, os.SEEK_CUR)
+            elif kind == b"Z":
+                if stream.tell() + _END.size < end:
+                    raise DumpCorrupt("%s is corrupt: bytes follow its end", name)
+                return total
+            else:
+                return None
+            if stream.tell() > end:
+                return None
+    except (OSError, ValueError):
+        return None
+    finally:
+        stream.seek(start)
+
+
 def declared_data(header: dict[str, Any]) -> int | None:
     """The least number of bytes of chunk data a dump of ``header``'s members holds (each member's
     size less its structs; none for an empty filter that the server dumps without chunks, which
@@ -184,6 +220,17 @@ class Reader:
                 name,
                 f"{declared:,}",
                 f"{self.file_bytes:,}",
+            )
+        # The file's length counts any bytes, a (sparse) tail of zeros after the end record too: the
+        # chunks' own lengths are what a restore loads, read from their headers before anything is
+        # reserved on the server.
+        held = _chunk_bytes(stream, self.file_bytes, name) if self.file_bytes is not None else None
+        if held is not None and declared is not None and held < declared:
+            raise DumpCorrupt(
+                "%s is truncated or forged: its header declares filters of at least %s bytes, and its chunks hold %s",
+                name,
+                f"{declared:,}",
+                f"{held:,}",
             )
 
     def chunkless(self, member: int) -> bool:
