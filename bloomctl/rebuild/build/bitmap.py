@@ -21,7 +21,7 @@ import numpy as np
 from bloomctl.backends.bitmap import HEADER, HEADER_BYTES, MAGIC
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
-from bloomctl.rebuild.build.bits import BitArray
+from bloomctl.rebuild.build.bits import BitArray, with_dual_writes
 from bloomctl.server.client import RedisClient
 from bloomctl.sources.base import item_list
 
@@ -134,8 +134,16 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
             raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
         sent += len(chunk)
     check()
+    # the application's dual writes counted ``theirs``; where items both built and written make
+    # the sum pass what the bits hold, the count is settled against the standby's bits, which hold
+    # both now (writes after the count was read are added as they come)
+    theirs = server_count(client, family.standby)
+    count = array.count + theirs
+    if theirs:
+        union = read_bits(client, family.standby, layout)
+        count = with_dual_writes(array.count, theirs, union, layout.bits, layout.hashes)
     added = client.register_script(ADD_COUNT_LUA)(
-        keys=[family.standby, family.standby_meta], args=[generation, array.count]
+        keys=[family.standby, family.standby_meta], args=[generation, count - theirs]
     )
     if int(added) < 0:
         raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))

@@ -10,9 +10,13 @@ one vectorised sort per batch, no Python loop per item.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 import numpy as np
+
+from bloomctl.defaults import COUNT_TOLERANCE
 
 ITEM_BITS = 24  # a step holds fewer than 2**24 items: the item's index sits below the position
 MAX_BATCH = 1 << ITEM_BITS
@@ -75,3 +79,67 @@ class BitArray:
     def merge(self, other: np.ndarray[Any, Any]) -> None:
         """OR another array of the same size into this one (bits read back, or a partial build)."""
         np.bitwise_or(self.data, other, out=self.data)
+
+
+POPCOUNT_CHUNK = 1 << 20  # bytes counted at a time: no temporary the size of the filter
+
+
+def counted_by_the_server(distinct: float, bits: int, hashes: int) -> float:
+    """What a server counts adding ``distinct`` distinct items one by one: each item but those
+    whose bits were all set already (a false positive, with probability (1 - e^(-kx/m))^k after
+    x items), integrated by Simpson's rule."""
+    if math.isinf(distinct) or distinct <= 0:
+        return distinct
+    steps = 1000  # even
+
+    def false_positive(x: float) -> float:
+        return float((1 - math.exp(-hashes * x / bits)) ** hashes)
+
+    width = distinct / steps
+    inner = sum((4 if i % 2 else 2) * false_positive(i * width) for i in range(1, steps))
+    return distinct - (false_positive(0) + inner + false_positive(distinct)) * width / 3
+
+
+@functools.cache
+def _popcounts() -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The set bits of every byte value."""
+    import numpy as np
+
+    return np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
+
+
+def estimated_items(data: Any, bits: int, hashes: int) -> tuple[float, float]:
+    """Distinct items a Bloom filter of ``bits`` and ``hashes`` holds, from its X set bits, and the
+    estimate's standard error: n = -(m/k) ln(1 - X/m) (Swamidass and Baldi), and from the variance
+    of X for kn throws into m bits, m p (1 - (1 + kn/m) p) with p = e^(-kn/m) the unset share, the
+    error sd(X) / (k p). Infinite when every bit is set."""
+    import numpy as np
+
+    table = _popcounts()
+    set_bits = sum(
+        int(table[data[start : start + POPCOUNT_CHUNK]].sum(dtype=np.int64))
+        for start in range(0, len(data), POPCOUNT_CHUNK)
+    )
+    if set_bits >= bits:
+        return math.inf, math.inf
+    unset = 1 - set_bits / bits
+    estimate = -(bits / hashes) * math.log(unset)
+    variance = bits * unset * max(1 - (1 - math.log(unset)) * unset, 0.0)
+    return estimate, math.sqrt(variance) / (hashes * unset)
+
+
+def with_dual_writes(ours: int, theirs: int, union: Any, bits: int, hashes: int) -> int:
+    """The count a client build records where the application's dual writes had counted
+    ``theirs`` in the standby and the build ``ours``, its bits and theirs merged into ``union``:
+    the sum, unless it passes the estimate from the union's bits by more than the estimate's
+    noise (4 standard errors, and at least ``COUNT_TOLERANCE``). An item both in the source and
+    written by the application is counted by both; the filter then records what a server counts
+    adding that many distinct items, never less than either count. (An inflated count makes the
+    filter look fuller than it is, and its dump is refused: its bits do not hold its count.)"""
+    total = ours + theirs
+    if not theirs:
+        return total
+    estimate, error = estimated_items(union, bits, hashes)
+    if total > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
+        return max(round(counted_by_the_server(estimate, bits, hashes)), ours, theirs)
+    return total

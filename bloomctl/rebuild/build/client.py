@@ -10,8 +10,6 @@ server path). ``finish`` puts every member's bits into its standby.
 
 from __future__ import annotations
 
-import functools
-import math
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -22,14 +20,14 @@ from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.routing import route
 from bloomctl.rebuild.build import bitmap, redisbloom
-from bloomctl.rebuild.build.bits import BitArray
+from bloomctl.rebuild.build.bits import BitArray, counted_by_the_server, estimated_items
 from bloomctl.rebuild.build.items import buffers
 from bloomctl.rebuild.loader import over_capacity
 from bloomctl.server.client import RedisClient
 from bloomctl.sources.base import item_list
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
-    import numpy as np
+    pass
 
 BATCH_OVERHEAD = 128 << 20  # working memory of one batch (positions, sort keys), on top of the bits
 SCHEMES: dict[str, ModuleType] = {"redisbloom": redisbloom, "bitmap": bitmap}
@@ -157,53 +155,6 @@ class Build:
                 array.count = settled
         for index in range(len(self.arrays)):
             self.check(index)
-
-
-POPCOUNT_CHUNK = 1 << 20  # bytes counted at a time: no temporary the size of the filter
-
-
-def counted_by_the_server(distinct: float, bits: int, hashes: int) -> float:
-    """What a server counts adding ``distinct`` distinct items one by one: each item but those
-    whose bits were all set already (a false positive, with probability (1 - e^(-kx/m))^k after
-    x items), integrated by Simpson's rule."""
-    if math.isinf(distinct) or distinct <= 0:
-        return distinct
-    steps = 1000  # even
-
-    def false_positive(x: float) -> float:
-        return float((1 - math.exp(-hashes * x / bits)) ** hashes)
-
-    width = distinct / steps
-    inner = sum((4 if i % 2 else 2) * false_positive(i * width) for i in range(1, steps))
-    return distinct - (false_positive(0) + inner + false_positive(distinct)) * width / 3
-
-
-@functools.cache
-def _popcounts() -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """The set bits of every byte value."""
-    import numpy as np
-
-    return np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
-
-
-def estimated_items(data: Any, bits: int, hashes: int) -> tuple[float, float]:
-    """Distinct items a Bloom filter of ``bits`` and ``hashes`` holds, from its X set bits, and the
-    estimate's standard error: n = -(m/k) ln(1 - X/m) (Swamidass and Baldi), and from the variance
-    of X for kn throws into m bits, m p (1 - (1 + kn/m) p) with p = e^(-kn/m) the unset share, the
-    error sd(X) / (k p). Infinite when every bit is set."""
-    import numpy as np
-
-    table = _popcounts()
-    set_bits = sum(
-        int(table[data[start : start + POPCOUNT_CHUNK]].sum(dtype=np.int64))
-        for start in range(0, len(data), POPCOUNT_CHUNK)
-    )
-    if set_bits >= bits:
-        return math.inf, math.inf
-    unset = 1 - set_bits / bits
-    estimate = -(bits / hashes) * math.log(unset)
-    variance = bits * unset * max(1 - (1 - math.log(unset)) * unset, 0.0)
-    return estimate, math.sqrt(variance) / (hashes * unset)
 
 
 class ClientBuild(Build):

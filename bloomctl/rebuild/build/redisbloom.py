@@ -26,7 +26,7 @@ import numpy as np
 
 from bloomctl.errors import StateConflict
 from bloomctl.keys import KeyFamily, to_display
-from bloomctl.rebuild.build.bits import BitArray
+from bloomctl.rebuild.build.bits import BitArray, with_dual_writes
 from bloomctl.rebuild.build.items import buffers
 from bloomctl.rebuild.build.murmur import hash_pair
 from bloomctl.server.client import RedisClient
@@ -191,17 +191,23 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
     count, reads its bits only if the count moved since the last merge (a count of 0: no bits),
     uploads the chunks that gained bits, and cuts over if the count still has not moved. The
     header counts this build's items plus the standby's own when the upload began (dual writes,
-    as the bitmap backend counts them)."""
+    as the bitmap backend counts them; where items both built and written make the sum pass what
+    the merged bits hold, what a server counts for those bits: ``with_dual_writes``)."""
     build = family.companion(f"build:{generation}")
     try:
         if not int(client.register_script(MARK_BUILD_LUA)(keys=[family.standby_meta], args=[generation, build])):
             raise StateConflict("the standby %r was replaced by another run", to_display(family.standby))
+        # the standby's count, then its bits (see the rounds below): merged first, so that the
+        # count the header records is settled against both
         card = int(client.execute_command("BF.CARD", family.standby))
-        client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(array.count + card))
+        if card:
+            merge_read(array, read_bits(client, family.standby, layout))
+        count = with_dual_writes(array.count, card, array.data, layout.bits, layout.hashes)
+        client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(count))
         client.pexpire(build, BUILD_TTL_MS)  # type: ignore[attr-defined]
         sent = upload_chunks(client, build, array.data, nonzero_chunks(array.data))
         script = client.register_script(CUTOVER_LUA)
-        merged = 0  # the standby's count when its bits were last merged (0: nothing to merge)
+        merged = card  # the standby's count when its bits were last merged (0: nothing to merge)
         for _round in range(MERGE_ROUNDS):
             check()
             seen = int(client.execute_command("BF.CARD", family.standby))  # before the read: see above
