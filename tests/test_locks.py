@@ -1,7 +1,7 @@
 """The filter's lock: the swap script checks its token (taken by another run right before the
 script), a run that lost it stops writing at once, release and renewal leave another run's lock
 alone, --lock-wait waits for the holder, rollback takes it; and a user who may not run the
-lock's scripts is told before anything is written."""
+lock's scripts, or FUNCTION, is told before anything is written."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from bloomctl.lifecycle.manifest import read_manifest
 from bloomctl.server.capabilities import detect
 from tests.helpers.matrix import GUARDS, SIGNALS_LOCKS_ERRORS
 from tests.helpers.processes import start_rebuild
-from tests.helpers.redis import active_and_standby
+from tests.helpers.redis import active_and_standby, backend_choice
 from tests.servers import RedisServer
 
 THIEF = json.dumps({"token": "thief-token", "command": "another bloomctl run", "pid": 1, "host": "elsewhere"})
@@ -329,3 +329,57 @@ def test_a_user_without_scripting_is_told_before_anything_is_written(target, tmp
         assert not any(target.client.exists(key) for key in (family.standby, family.standby_meta, family.lock))
     finally:
         target.client.execute_command("ACL", "DELUSER", "noscript")
+
+
+def _rebuild_without_function(target, tmp_path, key: str, *extra: str):
+    """`rebuild KEY` by a user who may run everything but FUNCTION (its LIST, LOAD...)."""
+    target.client.execute_command("ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "&*", "+@all", "-function")
+    csv = tmp_path / "u.csv"
+    csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(100)))
+    url = target.url.replace("redis://", "redis://nofunction:pw@", 1)
+    try:
+        return target.cli("rebuild", key, "--from-csv", str(csv), "-c", "1000", "-e", "1%", "--swap", *extra, url=url)
+    finally:
+        target.client.execute_command("ACL", "DELUSER", "nofunction")
+
+
+def _assert_refused_leaving_no_mark(target, result, key: str) -> None:
+    """One line, exit 3 (the server refused a command), and no standby nor metadata of it left."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("bloomctl: ")]
+    assert result.exit_code == 3 and len(lines) == 1 and "'function|list'" in lines[0], result.stderr
+    family = KeyFamily.of(key)
+    left = {k: target.client.pttl(k) for k in (family.standby, family.standby_meta, family.standby_log)}
+    assert all(ttl == -2 for ttl in left.values()), (left, target.client.hgetall(family.standby_meta))
+    assert not target.client.exists(family.lock)
+
+
+@SIGNALS_LOCKS_ERRORS
+@pytest.mark.parametrize("existing", [False, True], ids=["first-build", "rebuild"])
+def test_a_user_denied_function_leaves_no_loading_standby_metadata(target, tmp_path, existing):
+    """(#24 item 5) A user who may not run FUNCTION rebuilt a module-free filter: the standby's
+    metadata was marked `loading` before the library was found unusable, and stayed, without TTL."""
+    if not target.backend.needs_library or target.cluster:
+        pytest.skip("RedisBloom's own commands need no library; one node's ACL")
+    if existing:
+        target.reserve("users", 1000)
+        target.add("users", ["user:0"])
+    result = _rebuild_without_function(target, tmp_path, "users", "--backend", target.backend.name)
+    _assert_refused_leaving_no_mark(target, result, "users")
+    assert target.card("users") == 1 if existing else not target.client.exists("users")
+
+
+@SIGNALS_LOCKS_ERRORS
+@pytest.mark.parametrize("existing", [False, True], ids=["first-build", "rebuild"])
+def test_a_user_denied_function_leaves_no_loading_cuckoo_standby_metadata(ctarget, tmp_path, existing):
+    """(#24 item 5) The same for a cuckoo filter, whose dual writes during the rebuild are logged by
+    the library (RedisBloom's CF.* too)."""
+    if ctarget.cluster:
+        pytest.skip("one node's ACL")
+    if existing:
+        args = ("--type", "cuckoo", "--backend", backend_choice(ctarget))
+        assert ctarget.cli("reserve", "users", "-c", "1000", *args).exit_code == 0
+        ctarget.add("users", ["user:0"])
+    args = ("--type", "cuckoo", "--backend", backend_choice(ctarget))
+    result = _rebuild_without_function(ctarget, tmp_path, "users", *args)
+    _assert_refused_leaving_no_mark(ctarget, result, "users")
+    assert ctarget.card("users") == 1 if existing else not ctarget.client.exists("users")

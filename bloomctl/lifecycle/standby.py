@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from bloomctl import backends
 from bloomctl.backends import Backend
 from bloomctl.backends.base import AnyPlan
+from bloomctl.backends.library import Library
 from bloomctl.errors import OutOfMemory, StateConflict
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle.lock import FilterLock
@@ -135,7 +136,10 @@ def reserve_standbys(
     client: RedisClient, backend: Backend, targets: Targets, lock: FilterLock, recipe: str | None = None
 ) -> Standbys:
     """Replace the standbys with new, empty ones marked ``loading`` (recording ``recipe``, how
-    the items are built); returns them for marking."""
+    the items are built); returns them for marking. A backend that needs the function library has
+    it checked first, so that a refusal leaves no mark."""
+    if backend.needs_library:  # usable (installed, current, callable) before the first mark: a user
+        Library().ensure(client)  # denied FUNCTION is refused with no `loading` metadata left behind
     standbys = Standbys(client, targets, lock, new_generation())
     meta = {**metadata_for(targets.plan, backend.name), "state": LOADING, "generation": standbys.generation}
     if backend.logs_dual_writes:
