@@ -15,7 +15,7 @@ from datetime import datetime
 
 from bloomctl.backends import Backend
 from bloomctl.defaults import DEFAULT_WARN as WARN_FILL
-from bloomctl.errors import MadeMeanwhile, SourceError, StateConflict, VerifyFailed
+from bloomctl.errors import MadeMeanwhile, MissingExtra, SourceError, StateConflict, UnsupportedServer, VerifyFailed
 from bloomctl.keys import KeyFamily, to_display
 from bloomctl.lifecycle import front as lifecycle
 from bloomctl.lifecycle.guards import SwapGuards
@@ -236,7 +236,13 @@ def load_all(
     only the first sight of each item is inserted; ``force`` skips the check of the server's room
     for a client build's upload."""
     keys = standbys.targets.standbys
-    path = choose(client, server, backend, source, standbys.targets, settings, force)
+    try:
+        path = choose(client, server, backend, source, standbys.targets, settings, force)
+    except (UnsupportedServer, MissingExtra):
+        # `build` client refused before any item was loaded: the standby is empty, and on a server
+        # short of memory it holds the very memory the refusal was about
+        standbys.discard()
+        raise
     report.build, report.build_note = path.where, path.reason
     log(describe(path), {"phase": "load", "build": path.where, "reason": path.reason})
     log(f"loading {source.description} into {report.standby!r}", {"phase": "load"})
