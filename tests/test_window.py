@@ -18,7 +18,10 @@ from bloomctl.backends import get
 from bloomctl.errors import KeyMissing, StateConflict, UsageError
 from bloomctl.filters.windowed import WindowedFilter
 from bloomctl.server.capabilities import detect
+from bloomctl.sizing.bloom import plan
+from bloomctl.sizing.cuckoo import cuckoo_plan
 from bloomctl.window.periods import DAY, HOUR, WEEK, parse_period
+from bloomctl.window.rotation import STRAY_LOOKBACK
 from bloomctl.window.settings import read_window
 
 pytestmark = pytest.mark.matrix  # CI runs this module on every server of the matrix
@@ -256,6 +259,61 @@ def test_a_foreign_key_at_a_bucket_name_is_never_touched(wtarget):
     assert client.exists(spec_.key(current + 1)) == 1 and client.hget(spec_.key(current), "someone") == b"else"
     with pytest.raises(StateConflict, match="window bucket"):
         WindowedFilter(client, "dedupe").add(b"x")
+
+
+# The backend of the other filter type on the same server: for the module-free ones, the same Redis type.
+SIBLING = {
+    "bitmap": "lua-cuckoo",
+    "lua-cuckoo": "bitmap",
+    "redisbloom": "redisbloom-cuckoo",
+    "redisbloom-cuckoo": "redisbloom",
+}
+
+
+def own_strays(wtarget, spec_, current: int) -> list[bytes]:
+    """The window's own filters at names outside it, without expiry (as a clock that went back
+    leaves them): the newest such name, one further back, and the farthest rotate looks at."""
+    oldest = current - spec_.keep  # the newest name outside the window
+    keys = [spec_.key(oldest), spec_.key(oldest - 2), spec_.key(oldest - STRAY_LOOKBACK + 1)]
+    for key in keys:
+        get(spec_.backend).reserve(wtarget.client, key, spec_.plan_for(1000))
+    return keys
+
+
+def others_at_stray_names(wtarget, spec_, current: int) -> list[bytes]:
+    """Another application's keys at names of buckets outside the window, among the window's own:
+    a hash, a string, and a filter of the other type (the same Redis type, for the module-free backends)."""
+    client, sibling, oldest = wtarget.client, get(SIBLING[spec_.backend]), current - spec_.keep
+    keys = [spec_.key(oldest - 1), spec_.key(oldest - 3), spec_.key(oldest - STRAY_LOOKBACK + 2)]
+    client.hset(keys[0], "owner", "another application")
+    client.set(keys[1], b"bloomctl is not the only one writing here")
+    if sibling.kind == "bloom":
+        sibling.reserve(client, keys[2], sibling.check_plan(plan(1000, 0.01, None)))
+    else:
+        sibling.reserve(client, keys[2], cuckoo_plan(1000, engine=sibling.engine, expansion=None))
+    return keys
+
+
+def test_rotate_removes_its_own_strays_and_never_another_applications_key(wtarget):
+    """(#24 item 5) Past the window, rotate unlinks only the window's own kind of filter: a hash, a
+    string or a filter of the other type at a bucket's name is another application's and stays, by the
+    CLI and the library (every other test passed with that check removed from `_expired`)."""
+    cli, client = wtarget.cli, wtarget.client
+    assert cli(*create_args(wtarget, "--period", "1d", "--keep", "3", "-c", "1000", "--ahead", "1")).exit_code == 0
+    spec_ = read_window(client, "dedupe")
+    current = spec_.index(window.server_time(client, spec_.name))
+    own, others = own_strays(wtarget, spec_, current), others_at_stray_names(wtarget, spec_, current)
+    before = {key: client.dump(key) for key in others}
+    rotated = cli("window", "rotate", "dedupe", "--format", "json")
+    assert rotated.exit_code == 0, rotated.stderr
+    expired = {b["key"] for b in json.loads(rotated.stdout)["buckets"] if b["action"] == "expired"}
+    assert expired == {key.decode() for key in own} and client.exists(*own) == 0
+    assert {key: client.dump(key) for key in others} == before
+    assert [client.ttl(key) for key in others] == [-1, -1, -1]
+    own = own_strays(wtarget, spec_, current)  # again, through the library
+    report = window.rotate(client, detect(client), "dedupe")
+    assert sorted(a.key for a in report.actions if a.action == "expired") == sorted(own)
+    assert client.exists(*own) == 0 and {key: client.dump(key) for key in others} == before
 
 
 def test_a_full_bucket_is_an_error_not_a_quiet_drop(wtarget):
