@@ -184,6 +184,11 @@ def _slow_file(server, tmp_path, wait: float | None = None):
     return path
 
 
+def cli_reserve(server, key: str, capacity: str) -> int:
+    command = [sys.executable, "-m", "bloomctl", "--url", server.url, "reserve", key, "-c", capacity, "-e", "1%"]
+    return subprocess.run(command, capture_output=True, check=False).returncode
+
+
 def _apply_process(path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bloomctl", "--config", str(path), "apply", "--yes", "--format", "json", *extra],
@@ -262,3 +267,39 @@ def test_a_first_build_leaves_a_filter_made_while_it_waited_for_the_lock(target,
     with pytest.raises(MadeMeanwhile, match="made meanwhile by another run"):
         rebuild(client, server, "users", CsvSource(str(csv)), options)
     assert snapshot(client) == before  # no standby, no lock, the filter as it was
+
+
+@pytest.mark.parametrize("what", ["a smaller filter", "a string"])
+def test_a_key_that_appears_at_a_filter_to_build_is_judged_once_its_holder_is_done(plain, tmp_path, what):
+    """The plan found b1 missing and its lock held; while the run waited, a key appeared there. It
+    is judged only once the lock is free (still held: exit 6, whatever the key: its holder may be
+    half-way through a sharded swap), and then as the plan would: an application's auto-created
+    filter of capacity 100, or someone's string, is not "made by another run" (that was exit 0
+    with every source item missing): exit 5, nothing built over it."""
+    path = _slow_file(plain, tmp_path)
+    client = client_of(plain)
+    lock = KeyFamily.of("b1").lock
+    client.set(lock, json.dumps({"token": "t", "command": "bloomctl rebuild", "pid": 7, "host": "elsewhere"}))
+
+    def appear() -> None:
+        if what == "a string":
+            client.set("b1", "someone's value")
+        else:
+            assert cli_reserve(plain, "b1", "100") == 0
+
+    for release, code in ((False, 6), (True, 5)):
+        client.unlink("b1", KeyFamily.of("b1").meta)
+        run = _apply_process(path, "--lock-wait", "4", "b1")
+        time.sleep(1.5)  # planned (missing), put off (held), waiting
+        appear()
+        before = snapshot(client)
+        if release:
+            client.delete(lock)
+            del before[lock]
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == code, err.decode()
+        result = json.loads(out)["changes"][0]["result"]
+        assert not result["done"] and result["exit_code"] == code and "elsewhere" in result["held_by"]
+        if release:
+            assert "made meanwhile, not as declared" in result["error"], result
+        assert snapshot(client) == before  # nothing built over it

@@ -342,7 +342,9 @@ def run(
             detail = reason(failure) if outcome.reached else f"profile {decl.profile!r}: {reason(failure)}"
             applied.changes.append(Change(decl, ERROR, detail))
     if not dry_run:
-        applied.created = create(fleet, applied.changes, build=build, log=log, describe=describe, lock_wait=lock_wait)
+        applied.created = create(
+            fleet, applied.changes, build=build, log=log, describe=describe, lock_wait=lock_wait, path=config.path
+        )
         applied.codes.update({name: made.exit_code for name, made in applied.created.items()})
     for change in applied.changes:
         if change.action == CONFLICT:
@@ -360,12 +362,13 @@ def create(
     log: Log = no_log,
     describe: Callable[[BaseException], str] = first_line,
     lock_wait: float = DEFAULT_LOCK_WAIT,
+    path: str = "bloomctl.toml",
 ) -> dict[str, Created]:
     """Make each missing filter (or window's buckets) of the plan; each one's outcome, a failure
     included (the others go on). A filter whose lock another run holds (another apply, a rebuild)
     is put off until the others are made, then waited for, ``lock_wait`` seconds at most: made
     meanwhile by that run, it is reported so and not built again; still missing once the lock is
-    free, it is made here."""
+    free, it is made here. ``path`` names the file in what resolves a conflict."""
     from bloomctl.errors import LockHeld
     from bloomctl.keys import KeyFamily
     from bloomctl.lifecycle.lock import describe_holder
@@ -378,7 +381,7 @@ def create(
         if not wait:
             log(f"apply: {decl.name}: {change.detail}", {"filter": decl.name, "action": change.action}, "info")
         try:
-            return _make(client, server, change, build, wait)
+            return _make(client, server, change, build, wait, path)
         except LockHeld:
             if not wait:
                 raw = client.get(KeyFamily.of(decl.key).lock)
@@ -411,9 +414,9 @@ def _outcome(outcome: Outcome[str], describe: Callable[[BaseException], str], lo
     return Created(False, text, outcome.failure.exit_code)
 
 
-def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build, lock_wait: float) -> str:
+def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build, lock_wait: float, path: str) -> str:
     """Make one missing filter as its change says; what was done. A filter that another run made
-    since the plan is left as that run made it."""
+    since the plan is left as that run made it, once that run is done with it (``made_meanwhile``)."""
     from bloomctl.errors import MadeMeanwhile
 
     decl = change.decl
@@ -425,14 +428,31 @@ def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build,
         made = sum(a.action == "created" for a in report.actions)
         return f"window ready, {made} bucket(s) made"
     if client.exists(decl.key):  # before the source is read: its build would be refused under the lock
-        return MEANWHILE
+        return made_meanwhile(client, server, decl, path, lock_wait)
     # its first build is swapped in, whatever rebuild.swap says: there is no filter to keep; and
     # under the lock it checks again that no other run made it meanwhile
     source, options = declared_inputs(decl, rebuild_defaults(), {"swap": True})
-    options.update(only_if_missing=True, lock_command="bloomctl apply")
-    options["lock_wait"] = max(options["lock_wait"], lock_wait) if lock_wait else 0.0
+    options.update(only_if_missing=True, lock_command="bloomctl apply", lock_wait=lock_wait)
     try:
         rebuilt = build(client, server, decl.key, source, options)
     except MadeMeanwhile:
-        return MEANWHILE
+        return made_meanwhile(client, server, decl, path, lock_wait)
     return f"built from its source: {rebuilt.source.items:,} items, swapped in"
+
+
+def made_meanwhile(client: RedisClient, server: ServerInfo, decl: Declared, path: str, lock_wait: float) -> str:
+    """A key that appeared at a declared filter's name after the plan: judged once no run holds
+    its lock (a run still making it raises LockHeld, and is waited for), as the plan judges a
+    filter. Made as declared, it is reported as made by another run; anything else (another
+    filter, a sharded filter whose members a failed run left missing, someone else's key) is
+    refused, exit 5: apply builds nothing over a key it did not plan to replace."""
+    from bloomctl.lifecycle.lock import FilterLock
+
+    with FilterLock(client, decl.key, command="bloomctl apply", wait=lock_wait):
+        change = change_for(client, server, decl, path)
+    if change.action == UNCHANGED:
+        return MEANWHILE
+    fix = f"; resolve: {change.fix}" if change.fix else ""
+    if change.action == CREATE:
+        raise StateConflict("%r appeared and went again while it was being made: run apply again", decl.key)
+    raise StateConflict("%r was made meanwhile, not as declared: %s%s", decl.key, change.detail, fix)

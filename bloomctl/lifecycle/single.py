@@ -124,7 +124,14 @@ def reserve(
         check_memory(client, [(family.active, predicted)])
     if dry_run:
         return ReserveResult(created=False, state=None, backend=chosen.name, predicted_size=predicted)
-    chosen.reserve(client, family.active, plan)
+    try:
+        chosen.reserve(client, family.active, plan)
+    except StateConflict:
+        if if_not_exists and backends.key_type(client, family.active) != b"none":
+            # made between the look above and the reserve (two `apply` runs at once): judged as any
+            # filter found there, accepted when its parameters match
+            return reserve(client, server, key, plan, if_not_exists=True, backend=backend, force=force)
+        raise
     client.delete(family.meta)
     client.hset(family.meta, mapping=metadata_for(plan, chosen.name))
     state = chosen.info(client, family.active)
