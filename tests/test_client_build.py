@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from bloomctl.backends import get
 from bloomctl.errors import KeyMissing
 from bloomctl.filters.bloom import Filter
 from bloomctl.keys import KeyFamily
@@ -636,3 +637,78 @@ def test_a_rebuild_that_reads_no_dataframe_never_imports_pandas(bloom, tmp_path,
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["0", "False"], result.stderr
+
+
+def _build_scripts(target, monkeypatch, when: str) -> None:
+    """Another run takes the standby over (its generation) at ``when`` of a client build's upload."""
+    from bloomctl.rebuild.build import bitmap, redisbloom
+
+    def take_over(standby: bytes) -> None:
+        target.client.hset(KeyFamily.of("users").standby_meta, "generation", "another-run")
+
+    if when == "upload":  # RedisBloom: after the build's copy is filled, before the cutover script
+        real = redisbloom.upload_chunks
+
+        def upload(client, key, data, starts):
+            sent = real(client, key, data, starts)
+            if b":build:" in key:
+                take_over(key)
+            return sent
+
+        monkeypatch.setattr(redisbloom, "upload_chunks", upload)
+    elif when == "or":  # bitmap: before the first chunk is ORed into the standby
+        real_finish = bitmap.finish
+
+        def finish(client, family, layout, array, generation, check):
+            take_over(family.standby)
+            return real_finish(client, family, layout, array, generation, check)
+
+        monkeypatch.setattr(bitmap, "finish", finish)
+    else:  # bitmap: after the chunks, before the count is added
+        real_count = bitmap.server_count
+
+        def server_count(client, key):
+            take_over(key)
+            return real_count(client, key)
+
+        monkeypatch.setattr(bitmap, "server_count", server_count)
+
+
+@pytest.mark.parametrize("when", ["upload", "or", "count"])
+def test_a_client_build_writes_nothing_into_a_standby_another_run_took(target, tmp_path, monkeypatch, when):
+    """The upload scripts stop at a standby another run took over (its generation): none of this
+    run's bits or count reach it (each case kills a hand-made mutant: scripts/lua_mutants.py)."""
+    if (target.backend.name == "redisbloom") != (when == "upload"):
+        pytest.skip("each backend's own scripts")
+    if target.cluster:
+        pytest.skip("the scripts are the same on every topology")
+    path = write_items(tmp_path / "u.csv", [f"user:{i}" for i in range(2000)])
+    _build_scripts(target, monkeypatch, when)
+    standby = KeyFamily.of("users").standby
+    args = ["-c", "10000", "-e", "1%", "--nonscaling", "--build", "client", "--swap"]
+    result = target.cli("rebuild", "users", "--from-csv", str(path), *args)
+    assert result.exit_code == 5 and "replaced by another run" in result.stderr, result.stderr
+    assert not target.client.exists("users")  # nothing swapped in
+    assert target.client.hget(KeyFamily.of("users").standby_meta, "generation") == b"another-run"
+    backend = get(target.backend.name)  # the other run's standby: none of this run's items or count
+    assert backend.card(target.client, standby) == 0
+    if when != "count":  # (at "count" its bits were ORed in before the take-over)
+        assert not any(backend.mexists(target.client, standby, [f"user:{i}".encode() for i in range(50)]))
+
+
+def test_a_discard_removes_only_the_runs_own_standby(target):
+    """A run that failed discards its standby, unless another run has replaced it meanwhile."""
+    from bloomctl.lifecycle.lock import FilterLock
+    from bloomctl.lifecycle.standby import Standbys, Targets
+    from bloomctl.sizing.bloom import plan
+
+    client = target.client
+    family = KeyFamily.of("users")
+    the_plan = plan(1000, 0.01, None if target.backend.name == "bitmap" else 2)
+    client.set(family.standby, b"another run's standby")
+    client.hset(family.standby_meta, mapping={"generation": "another-run", "state": "loading"})
+    mine = Standbys(client, Targets([family.active], the_plan), FilterLock(client, family.active), "this-run")
+    assert mine.discard() == 0
+    assert client.get(family.standby) == b"another run's standby"
+    client.hset(family.standby_meta, "generation", "this-run")
+    assert mine.discard() == 1 and not client.exists(family.standby, family.standby_meta)

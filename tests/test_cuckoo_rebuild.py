@@ -741,3 +741,37 @@ def test_a_dump_sees_writes_that_leave_cf_info_as_it_was(bloom):
     with pytest.raises(StateConflict, match="written to while it was dumped"):
         list(chunks)
     assert len(list(read_filter(client, detect(client), "cfg").chunks)) >= 3  # with its writers quiet, it dumps
+
+
+# (the standby's metadata, its lock held, the standby there) -> where a dual write goes
+CASES = [
+    ({"state": "failed", "dual": "log"}, True, True, "nowhere"),  # a failed run's log is not kept growing
+    ({"state": "failed", "dual": "direct"}, False, True, "nowhere"),  # a failed standby is never swapped in
+    ({"state": "interrupted", "dual": "direct"}, False, True, "nowhere"),
+    ({"state": "verified", "dual": "direct"}, False, False, "nowhere"),  # no standby: nothing to miss
+    ({"state": "verified", "dual": "direct"}, False, True, "standby"),
+    ({"state": "loading", "dual": "log"}, True, True, "log"),
+]
+
+
+@pytest.mark.parametrize(("meta", "locked", "standby", "goes"), CASES)
+def test_a_dual_write_goes_where_the_standby_state_says(ctarget, meta, locked, standby, goes):
+    """The library's choice for the standby, by its metadata, lock and existence: each case kills a
+    hand-made mutant of dual.lua that survived the suite (scripts/lua_mutants.py)."""
+    client, backend = ctarget.client, get(ctarget.backend.name)
+    family = KeyFamily.of("cf")
+    from bloomctl.lifecycle.front import reserve
+
+    plan = cuckoo_plan(1000)
+    reserve(client, detect(client), "cf", plan, backend=backend.name)
+    if standby:
+        backend.reserve(client, family.standby, backend.check_plan(plan.for_engine(backend.engine)))
+    client.hset(family.standby_meta, mapping={**meta, "generation": "g1", "created_by": "bloomctl x"})
+    if locked:
+        client.set(family.lock, "a-run-token", px=60_000)
+    assert Filter(client, "cf").madd([b"item"], dual_write=True) == [True]
+    assert Filter(client, "cf").exists(b"item")  # the active filter always
+    logged = client.lrange(family.standby_log, 0, -1)
+    in_standby = standby and backend.mexists(client, family.standby, [b"item"]) == [True]
+    assert (logged == [b"+item"], in_standby) == (goes == "log", goes == "standby")
+    assert client.hget(family.standby_meta, "dual_error") is None  # nothing failed, nothing to record
