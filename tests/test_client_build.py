@@ -501,10 +501,9 @@ def test_no_room_for_the_uploads_copy_builds_on_the_server(target, tmp_path):
     assert all(Filter(client, "users").mexists(["user:0", "user:19999"]))
 
 
-@pytest.mark.parametrize("where", ["redisbloom", "bitmap"])
-def test_dual_writes_during_the_build_are_counted_on_both_backends(target, tmp_path, monkeypatch, where):
-    """Items the application wrote to the standby before the upload count with the build's own,
-    on RedisBloom as on the bitmap backend (which counts them in its header already)."""
+def build_with_dual_writes(target, tmp_path, monkeypatch, where: str, written: list[str]) -> dict:
+    """A client build of user:0..4999 while the application writes ``written`` into the standby
+    before the upload (on ``where``'s backend only); the rebuild's report."""
     if target.backend.name != where:
         pytest.skip("one backend per case")
     from bloomctl.rebuild.build import bitmap, redisbloom
@@ -513,15 +512,24 @@ def test_dual_writes_during_the_build_are_counted_on_both_backends(target, tmp_p
     real_finish = module.finish
 
     def finish(client, family, layout, array, generation, check):
-        target.backend.madd(target.client, family.standby, [f"dual:{i}".encode() for i in range(50)])
+        target.backend.madd(target.client, family.standby, [item.encode() for item in written])
         return real_finish(client, family, layout, array, generation, check)
 
     monkeypatch.setattr(module, "finish", finish)
     path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
     report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
     assert report["build"] == "client"
+    return report
+
+
+@pytest.mark.parametrize("where", ["redisbloom", "bitmap"])
+def test_dual_writes_during_the_build_are_counted_on_both_backends(target, tmp_path, monkeypatch, where):
+    """Items the application wrote to the standby before the upload count with the build's own,
+    on RedisBloom as on the bitmap backend (which counts them in its header already)."""
+    written = [f"dual:{i}" for i in range(50)]
+    report = build_with_dual_writes(target, tmp_path, monkeypatch, where, written)
     assert target.card("users") == report["added"] + 50
-    assert all(Filter(target.client, "users").mexists([f"dual:{i}" for i in range(50)]))
+    assert all(Filter(target.client, "users").mexists(written))
 
 
 @pytest.mark.parametrize("where", ["redisbloom", "bitmap"])
@@ -530,21 +538,7 @@ def test_dual_writes_of_items_the_source_holds_are_counted_once(target, tmp_path
     a client build: both counted them, and the filter recorded 7,000 items its bits did not hold
     (seen: 493,994 for 400,000 distinct), so it looked fuller than it was and its dump was refused
     as forged. The count is settled against the merged bits, and the dump restores."""
-    if target.backend.name != where:
-        pytest.skip("one backend per case")
-    from bloomctl.rebuild.build import bitmap, redisbloom
-
-    module = redisbloom if where == "redisbloom" else bitmap
-    real_finish = module.finish
-
-    def finish(client, family, layout, array, generation, check):
-        target.backend.madd(target.client, family.standby, [f"user:{i}".encode() for i in range(2000)])
-        return real_finish(client, family, layout, array, generation, check)
-
-    monkeypatch.setattr(module, "finish", finish)
-    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(5000)])
-    report = rebuild(target, "users", path, "-c", "10000", "-e", "1%", "--nonscaling", "--build", "client")
-    assert report["build"] == "client"
+    build_with_dual_writes(target, tmp_path, monkeypatch, where, [f"user:{i}" for i in range(2000)])
     assert abs(target.card("users") - 5000) <= 50, target.card("users")
     dump = tmp_path / "users.bfdump"
     assert target.cli("dump", "users", "-o", str(dump)).exit_code == 0
