@@ -323,6 +323,7 @@ def main(arguments: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
+    originals = {m.path: (copy / m.path).read_bytes() for m in chosen}
     for tests in dict.fromkeys(m.tests for m in chosen):  # the unmutated code passes them
         passed, seconds = run_tests(copy, tests)
         if not passed:
@@ -341,9 +342,9 @@ def main(arguments: list[str]) -> int:
         print(f"{mutant.name:28} {verdict:8} {seconds:6.1f}s  {mutant.path}", flush=True)
         if passed:
             survivors.append(mutant)
-    for mutant in chosen:  # the copy is as it was: no mutant left behind
-        if (copy / mutant.path).read_bytes() != (ROOT / mutant.path).read_bytes():
-            print(f"lua_mutants: {mutant.path} in the copy differs from the checkout", file=sys.stderr)
+    for name, original in originals.items():  # the copy is as it was: no mutant left behind
+        if (copy / name).read_bytes() != original:
+            print(f"lua_mutants: {name} in the copy was not put back", file=sys.stderr)
             return 2
     print(f"\n{len(chosen)} mutants: {len(chosen) - len(survivors)} killed, {len(survivors)} survived")
     for mutant in survivors:

@@ -186,8 +186,8 @@ def test_dual_writes_through_a_client_build_are_never_lost(target, tmp_path, rat
     active filter) all through a client build, at a gentle and at a hard rate: every item that
     reached a standby is in the swapped-in filter. (Items written before the standby exists reach
     only the old filter: the source of truth must have them, on either path.)"""
-    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(300_000)])
-    args = ["-c", "600000", "-e", "1%", "--nonscaling", "--swap"]
+    path = write_items(tmp_path / "items.csv", [f"user:{i}" for i in range(1_000_000)])
+    args = ["-c", "2000000", "-e", "1%", "--nonscaling", "--swap"]
     assert target.cli("rebuild", "users", "--from-csv", path, *args).exit_code == 0
     standby, backend = KeyFamily.of("users").standby, target.backend
     dual: list[str] = []
@@ -638,7 +638,8 @@ def _build_scripts(target, monkeypatch, when: str) -> None:
     from bloomctl.rebuild.build import bitmap, redisbloom
 
     def take_over(standby: bytes) -> None:
-        target.client.hset(KeyFamily.of("users").standby_meta, "generation", "another-run")
+        if standby == KeyFamily.of("users").standby:  # (not the probe's filter, built first)
+            target.client.hset(KeyFamily.of("users").standby_meta, "generation", "another-run")
 
     if when == "upload":  # RedisBloom: after the build's copy is filled, before the cutover script
         real = redisbloom.upload_chunks
@@ -646,7 +647,7 @@ def _build_scripts(target, monkeypatch, when: str) -> None:
         def upload(client, key, data, starts):
             sent = real(client, key, data, starts)
             if b":build:" in key:
-                take_over(key)
+                take_over(key.split(b":build:")[0] + b":standby")
             return sent
 
         monkeypatch.setattr(redisbloom, "upload_chunks", upload)

@@ -6,6 +6,7 @@ measured load at which inserts fail, on both lines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -775,3 +776,63 @@ def test_a_dual_write_goes_where_the_standby_state_says(ctarget, meta, locked, s
     in_standby = standby and backend.mexists(client, family.standby, [b"item"]) == [True]
     assert (logged == [b"+item"], in_standby) == (goes == "log", goes == "standby")
     assert client.hget(family.standby_meta, "dual_error") is None  # nothing failed, nothing to record
+
+
+def _full_standby(ctarget) -> KeyFamily:
+    """An active filter and a standby with no room left (one that never grows, filled)."""
+    from bloomctl.lifecycle.front import reserve
+
+    client, backend = ctarget.client, get(ctarget.backend.name)
+    family = KeyFamily.of("cf")
+    reserve(client, detect(client), "cf", cuckoo_plan(1000), backend=backend.name)
+    tiny = cuckoo_plan(4, bucket_size=1, max_iterations=1, expansion=None, engine=backend.engine)
+    backend.reserve(client, family.standby, backend.check_plan(tiny))
+    for i in range(40):  # RedisBloom: "Filter is full" as an error; the module-free one answers 0
+        with contextlib.suppress(Exception):
+            backend.madd(client, family.standby, [f"filler:{i}".encode()])
+    return family
+
+
+def test_a_dual_write_the_full_standby_refuses_is_recorded(ctarget):
+    """Direct dual writes into a standby with no room: the write reaches the active filter and the
+    standby's metadata records the miss, which the swap then refuses (a false negative otherwise)."""
+    client = ctarget.client
+    family = _full_standby(ctarget)
+    client.hset(family.standby_meta, mapping={"state": "verified", "dual": "direct", "generation": "g1"})
+    assert Filter(client, "cf").madd([b"one-more"], dual_write=True) == [True]
+    assert Filter(client, "cf").exists(b"one-more")
+    assert client.hget(family.standby_meta, "dual_error")  # (what the swap script refuses: test_swap_script)
+
+
+@pytest.mark.parametrize("wrong", ["token", "generation", "room", None])
+def test_the_replay_applies_only_under_the_runs_lock_into_its_own_standby(ctarget, wrong):
+    """cf_replay, called as the rebuild calls it: a run whose lock was taken, or whose standby
+    another run replaced, or a standby with no room, applies nothing and says why."""
+    import redis
+
+    from bloomctl.backends.library import Library
+
+    client, backend = ctarget.client, get(ctarget.backend.name)
+    family = _full_standby(ctarget) if wrong == "room" else KeyFamily.of("cf")
+    if wrong != "room":
+        from bloomctl.lifecycle.front import reserve
+
+        reserve(client, detect(client), "cf", cuckoo_plan(1000), backend=backend.name)
+        backend.reserve(client, family.standby, backend.check_plan(cuckoo_plan(1000).for_engine(backend.engine)))
+    client.hset(family.standby_meta, mapping={"state": "loading", "dual": "log", "generation": "g1"})
+    client.set(family.lock, json.dumps({"token": "other-run" if wrong == "token" else "this-run"}), px=60_000)
+    client.rpush(family.standby_log, b"+late")
+    keys = [family.standby, family.standby_meta, family.standby_log, family.lock]
+    generation = "g2" if wrong == "generation" else "g1"
+    call = lambda: Library().call_keys(client, "cf_replay", keys, generation, "this-run", 1, b"+late")  # noqa: E731
+    if wrong is None:
+        assert int(call()) == 0
+        assert backend.mexists(client, family.standby, [b"late"]) == [True]
+        assert client.hget(family.standby_meta, "dual") == b"direct" and client.llen(family.standby_log) == 0
+        return
+    expected = {"token": "lost the lock", "generation": "replaced by another run", "room": "no room"}[wrong]
+    with pytest.raises(redis.exceptions.ResponseError, match=expected):
+        call()
+    assert client.llen(family.standby_log) == 1 and client.hget(family.standby_meta, "dual") == b"log"
+    if wrong != "room":
+        assert backend.mexists(client, family.standby, [b"late"]) == [False]
