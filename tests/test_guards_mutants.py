@@ -570,3 +570,25 @@ def test_every_problem_of_a_table_is_reported_after_a_secret_or_a_misplaced_tabl
     assert check_keys({"filters": {"f": {"source": {"column": ["id"]}}}}) == [
         (("filters", "f", "source", "column"), "must be a name or a number, got ['id']")
     ]
+
+
+def test_metadata_replaced_between_the_two_reads_of_its_check_is_not_someone_elses(plain):
+    """A companion check reads the key's type, then its created_by field; another run replacing
+    its own metadata (deleted, then written whole) between the two left a hash without the field,
+    refused as someone else's (exit 5 where the other run held the lock: two applies at once)."""
+    import redis
+
+    from bloomctl.lifecycle.metadata import foreign_companion
+
+    class Between(redis.Redis):
+        def type(self, name):  # the other run deletes its metadata right after this read
+            kind = super().type(name)
+            super().delete(name)
+            return kind
+
+    client = Between.from_url(plain.url)
+    meta = KeyFamily.of("users").standby_meta
+    client.hset(meta, mapping={"created_by": "bloomctl 1.0", "state": "loading"})
+    assert foreign_companion(client, meta, "metadata") is None
+    client.hset(meta, "state", "someone else's")  # a hash without the field, there after both reads
+    assert "did not write" in (foreign_companion(redis.Redis.from_url(plain.url), meta, "metadata") or "")

@@ -134,18 +134,18 @@ def foreign_companion(client: RedisClient, key: bytes, role: str) -> str | None:
     """What is wrong with a companion key bloomctl is about to overwrite, move or delete (None:
     nothing; absent is fine). Metadata must be a hash bloomctl wrote (``created_by``), a lock a
     string: anything else belongs to someone else and is never touched."""
-    # the type and the field in one transaction: another run replacing its own metadata between
-    # the two reads (deleted, then written whole) left a hash without the field, taken for someone else's
-    pipe = client.pipeline(transaction=True)
-    pipe.execute_command("TYPE", key)
-    pipe.execute_command("HGET", key, "created_by")  # (an error in place of the field, on another type)
-    raw_kind, written_by = pipe.execute(raise_on_error=False)
-    kind = raw_kind if isinstance(raw_kind, bytes) else str(raw_kind).encode()
+    kind = client.type(key)
+    kind = kind if isinstance(kind, bytes) else str(kind).encode()
     if kind == b"none":
         return None
     if role == "metadata":
         if kind != b"hash":
             return f"holds a {kind.decode(errors='replace')}, not bloomctl metadata"
+        written_by = client.hget(key, "created_by")
+        if written_by is None and not client.exists(key):
+            # another run replaced its own metadata between the two reads (deleted, then written
+            # whole): absent is fine (not MULTI: least-privilege ACL users are not granted it)
+            return None
         if written_by is None or not written_by.startswith(b"bloomctl "):  # every bloomctl has written it
             return "is a hash bloomctl did not write (its created_by field is not 'bloomctl <version>')"
     elif role == "lock" and kind != b"string":
