@@ -581,14 +581,21 @@ def test_metadata_replaced_between_the_two_reads_of_its_check_is_not_someone_els
     from bloomctl.lifecycle.metadata import foreign_companion
 
     class Between(redis.Redis):
-        def type(self, name):  # the other run deletes its metadata right after this read
-            kind = super().type(name)
+        reads = 0
+
+        def hget(self, name, key):  # the other run's delete, then its rewrite, around the first read
+            self.reads += 1
+            if self.reads > 1:
+                return super().hget(name, key)
             super().delete(name)
-            return kind
+            value = super().hget(name, key)
+            super().hset(name, mapping={"created_by": "bloomctl 1.0", "state": "loading"})
+            return value
 
     client = Between.from_url(plain.url)
     meta = KeyFamily.of("users").standby_meta
     client.hset(meta, mapping={"created_by": "bloomctl 1.0", "state": "loading"})
     assert foreign_companion(client, meta, "metadata") is None
-    client.hset(meta, "state", "someone else's")  # a hash without the field, there after both reads
+    client.delete(meta)
+    client.hset(meta, "state", "someone else's")  # a hash without the field, there after every read
     assert "did not write" in (foreign_companion(redis.Redis.from_url(plain.url), meta, "metadata") or "")

@@ -331,9 +331,9 @@ def test_a_user_without_scripting_is_told_before_anything_is_written(target, tmp
         target.client.execute_command("ACL", "DELUSER", "noscript")
 
 
-def _rebuild_without_function(target, tmp_path, key: str, *extra: str):
-    """`rebuild KEY` by a user who may run everything but FUNCTION (its LIST, LOAD...)."""
-    target.client.execute_command("ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "&*", "+@all", "-function")
+def _rebuild_without_function(target, tmp_path, key: str, *extra: str, denied: str = "function"):
+    """`rebuild KEY` by a user who may run everything but ``denied`` (FUNCTION: its LIST, LOAD...)."""
+    target.client.execute_command("ACL", "SETUSER", "nofunction", "on", ">pw", "~*", "&*", "+@all", f"-{denied}")
     csv = tmp_path / "u.csv"
     csv.write_text("id\n" + "".join(f"user:{i}\n" for i in range(100)))
     url = target.url.replace("redis://", "redis://nofunction:pw@", 1)
@@ -343,10 +343,10 @@ def _rebuild_without_function(target, tmp_path, key: str, *extra: str):
         target.client.execute_command("ACL", "DELUSER", "nofunction")
 
 
-def _assert_refused_leaving_no_mark(target, result, key: str) -> None:
+def _assert_refused_leaving_no_mark(target, result, key: str, denied: str = "'function|list'") -> None:
     """One line, exit 3 (the server refused a command), and no standby nor metadata of it left."""
     lines = [line for line in result.stderr.splitlines() if line.startswith("bloomctl: ")]
-    assert result.exit_code == 3 and len(lines) == 1 and "'function|list'" in lines[0], result.stderr
+    assert result.exit_code == 3 and len(lines) == 1 and denied in lines[0], result.stderr
     family = KeyFamily.of(key)
     left = {k: target.client.pttl(k) for k in (family.standby, family.standby_meta, family.standby_log)}
     assert all(ttl == -2 for ttl in left.values()), (left, target.client.hgetall(family.standby_meta))
@@ -383,3 +383,18 @@ def test_a_user_denied_function_leaves_no_loading_cuckoo_standby_metadata(ctarge
     result = _rebuild_without_function(ctarget, tmp_path, "users", *args)
     _assert_refused_leaving_no_mark(ctarget, result, "users")
     assert ctarget.card("users") == 1 if existing else not ctarget.client.exists("users")
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_reserve_the_server_refuses_leaves_no_loading_standby_metadata(target, tmp_path):
+    """The library usable, but the standby's own reserve refused (a user denied FCALL, whose
+    reserve is bloomctl_reserve; or BF.RESERVE): the `loading` mark written before it stayed, with
+    no standby and no TTL, and `swap` refused until the next rebuild."""
+    if target.cluster:
+        pytest.skip("one node's ACL")
+    denied = "fcall" if target.backend.needs_library else "bf.reserve"
+    target.reserve("users", 1000)
+    target.add("users", ["user:0"])
+    result = _rebuild_without_function(target, tmp_path, "users", "--build", "server", denied=denied)
+    _assert_refused_leaving_no_mark(target, result, "users", f"'{denied}'")
+    assert target.card("users") == 1

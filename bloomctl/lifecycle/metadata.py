@@ -142,10 +142,18 @@ def foreign_companion(client: RedisClient, key: bytes, role: str) -> str | None:
         if kind != b"hash":
             return f"holds a {kind.decode(errors='replace')}, not bloomctl metadata"
         written_by = client.hget(key, "created_by")
-        if written_by is None and not client.exists(key):
-            # another run replaced its own metadata between the two reads (deleted, then written
-            # whole): absent is fine (not MULTI: least-privilege ACL users are not granted it)
-            return None
+        for _again in range(3):
+            # another run replacing its own metadata (deleted, then written whole) between two
+            # reads: read both again; absent is fine (not MULTI: least-privilege users lack it)
+            if written_by is not None:
+                break
+            kind = client.type(key)
+            kind = kind if isinstance(kind, bytes) else str(kind).encode()
+            if kind == b"none":
+                return None
+            if kind != b"hash":
+                return f"holds a {kind.decode(errors='replace')}, not bloomctl metadata"
+            written_by = client.hget(key, "created_by")
         if written_by is None or not written_by.startswith(b"bloomctl "):  # every bloomctl has written it
             return "is a hash bloomctl did not write (its created_by field is not 'bloomctl <version>')"
     elif role == "lock" and kind != b"string":

@@ -8,6 +8,7 @@ standbys are still this run's.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shlex
 import time
@@ -154,10 +155,14 @@ def reserve_standbys(
         try:
             backend.reserve(client, member.standby, targets.plan)
         except Exception as exc:
-            if not is_out_of_memory(exc):
-                raise
-            standbys.discard()
-            raise out_of_memory(exc, member.standby) from None
+            if is_out_of_memory(exc):
+                standbys.discard()
+                raise out_of_memory(exc, member.standby) from None
+            # a reserve the server refused (a user denied FCALL or BF.RESERVE): nothing was loaded,
+            # and a `loading` mark with no standby would only keep `swap` refusing until the next run
+            with contextlib.suppress(Exception):
+                standbys.discard()
+            raise
     return standbys
 
 
