@@ -164,6 +164,9 @@ def test_plan_reserve_and_info_print_text_into_a_pipe_unless_asked(target):
     assert "users" in shown.stdout and not shown.stdout.lstrip().startswith("{")
     assert json.loads(target.cli("info", "users", "--format", "json").stdout)["key"] == "users"
     assert "capacity" in target.cli("plan", "-c", "1M", "-e", "1%", "--format", "text").stdout  # text = table
+    for command in ("plan", "reserve", "info"):  # the alias works, and --help lists each name once
+        shown = target.cli(command, "--help").stdout
+        assert "--format [table|json]" in shown and "text" not in shown.split("--format", 1)[1].split("\n")[0]
 
 
 @SIGNALS_LOCKS_ERRORS
