@@ -56,11 +56,17 @@ class Target:
 
 STANDALONE = "not cluster and not redisbloom"
 MUTANTS = "tests/test_guards_mutants.py"  # the tests written for the survivors
+MORE = "tests/test_guards_mutants_more.py"  # and for the survivors of the targets added after them
 
 
 def mutants(*names: str) -> tuple[str, ...]:
     """Tests of tests/test_guards_mutants.py by name."""
     return tuple(f"{MUTANTS}::{name}" for name in names)
+
+
+def more(*names: str) -> tuple[str, ...]:
+    """Tests of tests/test_guards_mutants_more.py by name."""
+    return tuple(f"{MORE}::{name}" for name in names)
 
 
 SWAP_GUARDS = mutants(
@@ -149,6 +155,149 @@ TARGETS = [
         only=("_walk", "_SIMPLE_CHECKS"),
     ),
     Target("config-url", "bloomctl/declared/rules.py", ("tests/test_config.py",), only=("_profile_rules",)),
+    Target(
+        "replay",
+        "bloomctl/rebuild/replay.py",
+        (
+            *more(
+                "test_the_replay_skips_the_sources_own_add_once_and_counts_every_other_copy",
+                "test_the_replay_applies_every_add_of_an_item_the_source_lacks_and_no_delete_before_it",
+                "test_the_replay_deletes_the_sources_copy_then_takes_the_next_add_as_it",
+                "test_the_replay_keeps_its_view_across_batches",
+            ),
+            "tests/test_cuckoo_rebuild.py",
+            "-k",
+            "test_guards_mutants_more or ((replay or adds_and_deletes or first_build or log) and not cluster)",
+        ),
+        only=("decide", "Copies"),
+    ),
+    Target(
+        "tally",
+        "bloomctl/transfer/scratch.py",
+        (
+            *more(
+                "test_the_items_estimated_from_a_sub_filters_set_bits_and_their_spread",
+                "test_the_bits_are_counted_without_numpy_2_too",
+                "test_the_tally_takes_chunks_in_order_each_inside_one_sub_filter",
+                "test_a_string_counted_before_its_layout_and_a_tally_short_of_its_bytes",
+                "test_the_count_guard_of_the_tally_at_its_boundary",
+                "test_the_count_guard_names_the_sub_filter_of_a_chain",
+            ),
+            "tests/test_restore_trust.py",
+            "-k",
+            "test_guards_mutants_more or not cluster",
+        ),
+        only=("popcount", "estimated_items", "BitTally"),
+    ),
+    Target(
+        "dumpfile",
+        "bloomctl/transfer/dumpfile.py",
+        (
+            *more(
+                "test_the_least_chunk_data_a_header_declares",
+                "test_a_dump_reads_back_chunk_by_chunk_with_its_members",
+                "test_a_regular_file_must_hold_the_chunk_data_its_header_declares",
+                "test_bytes_after_the_end_record_are_refused_in_a_file_and_on_a_pipe",
+                "test_a_dumps_header_is_checked_field_by_field",
+                "test_a_header_of_the_largest_size_is_read_and_one_byte_more_refused",
+                "test_a_dumps_records_are_checked_one_by_one",
+                "test_a_chunk_for_an_empty_cuckoo_member_is_refused_and_only_for_it",
+            ),
+            "tests/test_restore_trust.py",
+            "tests/test_transfer.py",
+            "-k",
+            "test_guards_mutants_more or (test_restore_trust and not cluster)"
+            " or ((bad_file or written_whole or forged or malformed or cuckoo_header) and not cluster)",
+        ),
+        only=("_Hashing", "_bytes_left", "_chunk_bytes", "declared_data", "_chunkless", "Reader"),
+    ),
+    Target(
+        "verify",
+        "bloomctl/rebuild/verify.py",
+        (
+            *more("test_verify_checks_at_most_a_thousand_items_a_call_and_waits_for_its_window"),
+            "tests/test_rebuild.py",
+            "-k",
+            "test_guards_mutants_more or ((verif or planted_miss) and not cluster)",
+        ),
+    ),
+    Target(
+        "recipe",
+        "bloomctl/lifecycle/single.py",
+        (
+            *more("test_the_recipe_guard_refuses_only_two_recorded_recipes_that_differ"),
+            *mutants("test_the_default_guards_are_shared_frozen_and_refuse_a_shrink_and_a_changed_recipe"),
+            "tests/test_swap_guards.py",
+            "-k",
+            "test_guards_mutants or (built_otherwise and not cluster)",
+        ),
+        only=("check_recipe",),
+    ),
+    Target(
+        "probe",
+        "bloomctl/rebuild/build/probe.py",
+        (
+            *more(
+                "test_the_probe_matches_this_server_on_an_expiring_key_it_removes",
+                "test_the_probe_names_the_bytes_and_the_count_that_differ",
+            ),
+            "tests/test_client_build.py",
+            "tests/test_untrusted_inputs.py",
+            "-k",
+            "test_guards_mutants_more or ((probe or auto_builds or denied_the_upload) and not cluster)",
+        ),
+    ),
+    Target(
+        "capacity-load",
+        "bloomctl/rebuild/loader.py",
+        (
+            *more(
+                "test_the_loader_takes_a_bitmap_filter_to_its_capacity_and_not_one_item_past",
+                "test_a_full_redisbloom_filter_stops_the_load_naming_its_capacity",
+            ),
+            "tests/test_swap_guards.py",
+            "-k",
+            "test_guards_mutants_more or (over_its_capacity and bitmap-standalone)",
+        ),
+        only=("over_capacity", "Loader.read"),
+    ),
+    Target(
+        "capacity-build",
+        "bloomctl/rebuild/build/client.py",
+        (
+            *more("test_a_client_build_takes_a_filter_to_its_capacity_and_not_one_item_past"),
+            "tests/test_swap_guards.py",
+            "tests/test_client_build.py",
+            "-k",
+            "test_guards_mutants_more or ((over_its_capacity or full_nonscaling or outgrows_one_link) and standalone)",
+        ),
+        only=("Build.check",),
+    ),
+    Target(
+        "capacity-fill",
+        "bloomctl/rebuild/run.py",
+        (
+            *more(
+                "test_a_rebuild_fills_a_bitmap_filter_to_its_capacity_and_warns_past_80_percent",
+                "test_a_redisbloom_filter_warns_only_where_it_never_grows_and_grows_past_its_capacity",
+            ),
+            "tests/test_swap_guards.py",
+            "-k",
+            "test_guards_mutants_more or (over_its_capacity and bitmap-standalone)",
+        ),
+        only=("check_fill", "growth_limit"),
+    ),
+    Target(
+        "window-expiry",
+        "bloomctl/window/rotation.py",
+        (
+            *more("test_each_bucket_expires_when_it_leaves_the_window_and_strays_go_within_the_look_back"),
+            "tests/test_window.py",
+            "-k",
+            "test_guards_mutants_more or ((rotat or strays or foreign or missed) and not cluster)",
+        ),
+        only=("_bucket", "_expired"),
+    ),
 ]
 
 # Plausible slips: an operator keeps only the replacements a person might write by mistake.
