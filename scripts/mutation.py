@@ -291,7 +291,10 @@ TARGETS = [
         "window-expiry",
         "bloomctl/window/rotation.py",
         (
-            *more("test_each_bucket_expires_when_it_leaves_the_window_and_strays_go_within_the_look_back"),
+            *more(
+                "test_each_bucket_expires_when_it_leaves_the_window_and_strays_go_within_the_look_back",
+                "test_a_bucket_the_server_has_no_memory_for_is_said_so_and_other_refusals_are_not",
+            ),
             "tests/test_window.py",
             "-k",
             "test_guards_mutants_more or ((rotat or strays or foreign or missed) and not cluster)",

@@ -662,3 +662,40 @@ def test_a_redisbloom_filter_warns_only_where_it_never_grows_and_grows_past_its_
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)  # (a few of the 1,500 are false positives: not counted)
     assert report["swapped"] and report["added"] > 1450 and "never grows" not in result.stderr, report
+
+
+@pytest.mark.parametrize(
+    ("fixture", "backend", "denied"), [("plain", "module-free", "fcall"), ("bloom", "redisbloom", "bf.reserve")]
+)
+def test_a_bucket_the_server_has_no_memory_for_is_said_so_and_other_refusals_are_not(request, fixture, backend, denied):
+    """`window rotate` making a bucket on a server out of memory: one line saying which bucket and
+    what to do (exit 3); a reserve refused for another reason (a user denied it) is that reason,
+    never called a lack of memory."""
+    from bloomctl import window
+    from bloomctl.server.connection import connect, settings_from
+    from bloomctl.window.settings import read_window
+
+    server, cli = request.getfixturevalue(fixture), request.getfixturevalue(f"cli_{fixture}")
+    client = connect(settings_from(server.url))
+    for name, capacity in (("big", "5000000"), ("small", "1000")):
+        args = ("window", "create", name, "--type", "bloom", "--backend", backend, "-e", "1%", "-c", capacity)
+        assert cli(*args, "--period", "1d", "--keep", "3", "--ahead", "1").exit_code == 0
+        spec = read_window(client, name)
+        current = spec.index(window.server_time(client, spec.name))
+        client.unlink(*(spec.key(index) for index in range(current - 3, current + 3)))  # rotate makes them
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", str(used + 1_000_000))
+    try:
+        result = cli("window", "rotate", "big")
+    finally:
+        client.config_set("maxmemory", "0")
+    lines = [line for line in result.stderr.splitlines() if line.startswith("bloomctl: ")]
+    assert result.exit_code == 3 and len(lines) == 1 and "out of memory" in lines[0], result.stderr
+    assert "could not be made" in lines[0] and "rotate again" in lines[0]
+    client.execute_command("ACL", "SETUSER", "nomake", "on", ">pw", "~*", "&*", "+@all", f"-{denied}")
+    try:
+        result = cli("window", "rotate", "small", url=server.url.replace("redis://", "redis://nomake:pw@", 1))
+    finally:
+        client.execute_command("ACL", "DELUSER", "nomake")
+    assert result.exit_code == 3 and "out of memory" not in result.stderr, result.stderr
+    assert denied in result.stderr.lower(), result.stderr
