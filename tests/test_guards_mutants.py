@@ -45,6 +45,16 @@ class Clock:
         self.on_sleep(len(self.slept))
 
 
+def _held_until(lock: FilterLock, clock: Clock, until: float, before: float) -> None:
+    """The lock counts as ours ``before`` seconds ahead of ``until``, and as lost from ``until`` on."""
+    clock.now = until - before
+    lock.check()
+    clock.now = until
+    with pytest.raises(StateConflict, match="lost the lock"):
+        lock.check()
+    lock.release()
+
+
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     fake = Clock(100.0)
@@ -86,12 +96,7 @@ def test_a_lock_counts_as_lost_once_its_ttl_has_passed_since_it_was_asked_for(pl
     a run must stop before another could take the expired lock."""
     lock = FilterLock(client_of(plain), "users", ttl_ms=60_500)  # renewed every 20 s: not during the test
     lock.acquire()
-    clock.now = 160.49
-    lock.check()
-    clock.now = 160.5
-    with pytest.raises(StateConflict, match="lost the lock"):
-        lock.check()
-    lock.release()
+    _held_until(lock, clock, 160.5, 0.01)
 
 
 def test_a_writer_asks_the_server_for_its_lock_at_once_then_at_most_every_tenth_of_a_second(plain, clock):
@@ -129,12 +134,7 @@ def test_each_renewal_extends_the_lock_by_its_ttl_from_when_it_was_asked(plain, 
         time.sleep(0.01)
     lock._stop.set()  # no renewal after this one
     lock._thread.join(5)
-    clock.now = 200.2999
-    lock.check()
-    clock.now = 200.3
-    with pytest.raises(StateConflict, match="lost the lock"):
-        lock.check()
-    lock.release()
+    _held_until(lock, clock, 200.3, 0.0001)
 
 
 def test_lock_renewals_go_on_after_a_transient_error_three_times_per_ttl(workdir):
