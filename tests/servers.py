@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -175,8 +176,10 @@ class RedisServer:
         if not REDIS_SERVER:
             raise RuntimeError(REDIS_SERVER_MISSING)
         self.port = port or free_port(need_bus=cluster)
-        self.dir = workdir / f"redis-{self.port}"
-        self.dir.mkdir(parents=True)
+        # a directory of its own: a port is free again once an earlier server on it stopped (tests
+        # that start a server each reuse ports), and that server's directory is still there
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"redis-{self.port}-", dir=workdir))
         self.module = module
         self.cluster = cluster
         args = [
