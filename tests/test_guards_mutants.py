@@ -249,6 +249,9 @@ def test_releasing_a_lock_never_taken_is_harmless_and_the_renewal_never_holds_th
         ("redis://?password=s3cret", "redis://?password=***", "redis://"),  # the query at once
         ("redis://h?password=s3cret", "redis://h?password=***", "redis://h"),  # after a one-letter host
         ("redis://user:secret", "redis://user:***", "redis://user:***"),  # no '@': the "port", to its end
+        ("redis://user:secret:6379/0", "redis://user:***/0", "redis://user:***/0"),  # no '@', then a port
+        ("redis://[::1]:6379/0", "redis://[::1]:6379/0", "redis://[::1]:6379/0"),  # an IPv6 host's colons
+        ("redis://[::1/0", "redis://[::1/0", "redis://[::1/0"),  # an unclosed bracket: nothing to hide
         ("redis://h/0?password=a&password=y:z@w", "redis://h/0?password=***&password=***", "redis://h/0"),
         ("redis://u:pw@h:1/0?password=q&db=2", "redis://u:***@h:1/0?password=***&db=2", "redis://u@h:1/0?db=2"),
         ("redis://:pw@h:1/0?db=2#frag", "redis://:***@h:1/0?db=2#frag", "redis://h:1/0?db=2#frag"),

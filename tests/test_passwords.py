@@ -147,6 +147,8 @@ SECRET = "s3cr3tPW"
         ["--url", f"rediss://:{SECRET}@localhost:70x", "info", "users"],
         ["--url", f"rediss://:{SECRET}@localhost:99999", "info", "users"],
         ["--url", f"rediss://user:{SECRET}", "info", "users"],
+        ["--url", f"redis://user:{SECRET}:6379/0", "info", "users"],
+        ["-h", f"user:{SECRET}:6379", "info", "users"],
         ["--url", "redis://[::1:7970", "-p", "7970", "info", "users"],
     ],
 )

@@ -38,8 +38,13 @@ def _secret_spans(rest: str) -> list[tuple[int, int]]:
             spans.append((colon + 1, at))
     else:  # no '@': 'redis://user:secret' reads as host 'user', port 'secret': a port that is no number
         netloc_end = min(i for i in (rest.find("/"), rest.find("?"), len(rest)) if i != -1)
-        colon = rest.rfind(":", 0, netloc_end)
-        if colon != -1 and not rest[colon + 1 : netloc_end].isdigit() and not rest[:netloc_end].endswith("]"):
+        # The first colon after the host ends it: in 'user:secret:6379' all that follows is hidden, a
+        # password being the likelier reading than a port of 'secret:6379'. An IPv6 host's colons are
+        # its own, and an unclosed bracket holds no password to hide.
+        bracket = rest.find("]", 0, netloc_end) if rest.startswith("[") else -1
+        host_end = bracket + 1 if bracket != -1 else (netloc_end if rest.startswith("[") else 0)
+        colon = rest.find(":", host_end, netloc_end)
+        if colon != -1 and not rest[colon + 1 : netloc_end].isdigit():
             spans.append((colon + 1, netloc_end))
     qmark = rest.find("?")
     if qmark != -1:
