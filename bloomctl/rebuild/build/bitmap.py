@@ -141,7 +141,7 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
     count = array.count + theirs
     if theirs:
         union = read_bits(client, family.standby, layout)
-        count = with_dual_writes(array.count, theirs, union, layout.bits, layout.hashes)
+        count = with_dual_writes(array.count, theirs, union, layout.bits, layout.hashes, layout.capacity)
     added = client.register_script(ADD_COUNT_LUA)(
         keys=[family.standby, family.standby_meta], args=[generation, count - theirs]
     )

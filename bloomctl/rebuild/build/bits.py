@@ -128,18 +128,22 @@ def estimated_items(data: Any, bits: int, hashes: int) -> tuple[float, float]:
     return estimate, math.sqrt(variance) / (hashes * unset)
 
 
-def with_dual_writes(ours: int, theirs: int, union: Any, bits: int, hashes: int) -> int:
+def with_dual_writes(ours: int, theirs: int, union: Any, bits: int, hashes: int, capacity: int) -> int:
     """The count a client build records where the application's dual writes had counted
     ``theirs`` in the standby and the build ``ours``, its bits and theirs merged into ``union``:
     the sum, unless it passes the estimate from the union's bits by more than the estimate's
-    noise (4 standard errors, and at least ``COUNT_TOLERANCE``). An item both in the source and
-    written by the application is counted by both; the filter then records what a server counts
-    adding that many distinct items, never less than either count. (An inflated count makes the
-    filter look fuller than it is, and its dump is refused: its bits do not hold its count.)"""
+    noise (4 standard errors, and at least ``COUNT_TOLERANCE``), or passes ``capacity`` where the
+    estimate does not. An item both in the source and written by the application is counted by
+    both; the filter then records what a server counts adding that many distinct items, never
+    less than either count. (An inflated count makes the filter look fuller than it is, and its
+    dump is refused: its bits do not hold its count. Past its capacity a NONSCALING RedisBloom
+    filter refuses every new item: the application's adds after the swap would all be lost.)"""
     total = ours + theirs
     if not theirs:
         return total
     estimate, error = estimated_items(union, bits, hashes)
-    if total > estimate + max(COUNT_TOLERANCE * estimate, 4 * error):
+    over = total > estimate + max(COUNT_TOLERANCE * estimate, 4 * error)
+    full = total > capacity >= estimate  # repeats, within the estimate's noise, must not fill it
+    if over or full:
         return max(round(counted_by_the_server(estimate, bits, hashes)), ours, theirs)
     return total

@@ -202,7 +202,7 @@ def finish(client: RedisClient, family: KeyFamily, layout: Layout, array: BitArr
         card = int(client.execute_command("BF.CARD", family.standby))
         if card:
             merge_read(array, read_bits(client, family.standby, layout))
-        count = with_dual_writes(array.count, card, array.data, layout.bits, layout.hashes)
+        count = with_dual_writes(array.count, card, array.data, layout.bits, layout.hashes, layout.capacity)
         client.execute_command("BF.LOADCHUNK", build, 1, layout.with_count(count))
         client.pexpire(build, BUILD_TTL_MS)  # type: ignore[attr-defined]
         sent = upload_chunks(client, build, array.data, nonzero_chunks(array.data))
