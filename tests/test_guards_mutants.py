@@ -249,8 +249,14 @@ def test_releasing_a_lock_never_taken_is_harmless_and_the_renewal_never_holds_th
         ("redis://?password=s3cret", "redis://?password=***", "redis://"),  # the query at once
         ("redis://h?password=s3cret", "redis://h?password=***", "redis://h"),  # after a one-letter host
         ("redis://user:secret", "redis://user:***", "redis://user:***"),  # no '@': the "port", to its end
-        ("redis://user:secret:6379/0", "redis://user:***/0", "redis://user:***/0"),  # no '@', then a port
+        ("redis://user:secret:6379/0", "redis://user:***", "redis://user:***"),  # no '@': to the text's end
+        ("redis://user:s3cr/et", "redis://user:***", "redis://user:***"),  # a '/' of the password's own
+        ("redis://user:sec?ret", "redis://user:***", "redis://user:***"),  # a '?' of the password's own
+        ("redis://user:123456", "redis://user:***", "redis://user:***"),  # digits, but no port
+        ("redis://h:65535/0", "redis://h:65535/0", "redis://h:65535/0"),  # the highest port is one
         ("redis://[::1]:6379/0", "redis://[::1]:6379/0", "redis://[::1]:6379/0"),  # an IPv6 host's colons
+        ("redis://[::1]:secret/0", "redis://[::1]:***", "redis://[::1]:***"),  # and a "port" after it
+        ("redis://[::]:6379/0", "redis://[::]:6379/0", "redis://[::]:6379/0"),  # a colon just before the ']'
         ("redis://[::1/0", "redis://[::1/0", "redis://[::1/0"),  # an unclosed bracket: nothing to hide
         ("redis://h/0?password=a&password=y:z@w", "redis://h/0?password=***&password=***", "redis://h/0"),
         ("redis://u:pw@h:1/0?password=q&db=2", "redis://u:***@h:1/0?password=***&db=2", "redis://u@h:1/0?db=2"),

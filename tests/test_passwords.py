@@ -148,6 +148,7 @@ SECRET = "s3cr3tPW"
         ["--url", f"rediss://:{SECRET}@localhost:99999", "info", "users"],
         ["--url", f"rediss://user:{SECRET}", "info", "users"],
         ["--url", f"redis://user:{SECRET}:6379/0", "info", "users"],
+        ["--url", f"redis://user:{SECRET[:4]}/{SECRET[4:]}", "info", "users"],
         ["-h", f"user:{SECRET}:6379", "info", "users"],
         ["--url", "redis://[::1:7970", "-p", "7970", "info", "users"],
     ],
@@ -163,6 +164,14 @@ def test_bad_addresses_are_one_line_without_the_password(cli, args):
         assert json.loads(result.stdout)["error"]["exit_code"] == 2
         if extra:
             assert json.loads(result.stderr)["level"] == "error"
+
+
+def test_a_number_past_the_last_port_is_hidden_as_a_password(cli):
+    """(review) Without an '@', digits after the colon read as a port and were shown even where
+    no port can be that large: `redis://user:123456789` printed the number, a password."""
+    result = cli("--url", "redis://user:123456789", "info", "users")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "3456" not in result.stdout + result.stderr and "redis://user:***" in result.stderr
 
 
 # --- messages of other libraries and servers --------------------------------------------------

@@ -38,14 +38,16 @@ def _secret_spans(rest: str) -> list[tuple[int, int]]:
             spans.append((colon + 1, at))
     else:  # no '@': 'redis://user:secret' reads as host 'user', port 'secret': a port that is no number
         netloc_end = min(i for i in (rest.find("/"), rest.find("?"), len(rest)) if i != -1)
-        # The first colon after the host ends it: in 'user:secret:6379' all that follows is hidden, a
-        # password being the likelier reading than a port of 'secret:6379'. An IPv6 host's colons are
-        # its own, and an unclosed bracket holds no password to hide.
-        bracket = rest.find("]", 0, netloc_end) if rest.startswith("[") else -1
-        host_end = bracket + 1 if bracket != -1 else (netloc_end if rest.startswith("[") else 0)
+        # The first colon after the host ends it. What follows, unless it is a port, is hidden to
+        # the end of the text: a password's own '/', '?' or '#' would end the netloc early
+        # ('user:s3cr/et'), and 'user:secret:6379' or 'user:123456' are no ports either.
+        host_end = 0
+        if rest.startswith("["):  # an IPv6 host's colons are its own; an unclosed bracket hides nothing
+            host_end = rest.find("]", 0, netloc_end) + 1 or netloc_end
         colon = rest.find(":", host_end, netloc_end)
-        if colon != -1 and not rest[colon + 1 : netloc_end].isdigit():
-            spans.append((colon + 1, netloc_end))
+        port = rest[colon + 1 : netloc_end]
+        if colon != -1 and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+            spans.append((colon + 1, len(rest)))
     qmark = rest.find("?")
     if qmark != -1:
         start = qmark + 1
