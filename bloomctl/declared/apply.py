@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from bloomctl.declared.config import Config, Declared
 from bloomctl.declared.declarations import (
     declared_inputs,
+    declared_recipe,
     drift,
     drift_fix,
     rebuild_defaults,
@@ -440,6 +441,23 @@ def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build,
     return f"built from its source: {rebuilt.source.items:,} items, swapped in"
 
 
+def _built_from_its_source(client: RedisClient, decl: Declared) -> bool:
+    """Whether a rebuild from the declared source made the filter at ``decl``'s key: its
+    metadata (each member's) records that recipe and a finished build. A filter made otherwise
+    matches its declaration's parameters all the same (they are all a plan can judge)."""
+    from bloomctl.lifecycle import front as lifecycle
+    from bloomctl.lifecycle.metadata import LOADED, RECIPE, VERIFIED
+    from bloomctl.lifecycle.sharded import ShardedDescription
+
+    description = lifecycle.describe(client, decl.key)
+    if isinstance(description, ShardedDescription):
+        metas = [member.metadata for member in description.shards if member is not None]
+    else:
+        metas = [description.metadata]
+    recipe = declared_recipe(decl)
+    return all((meta or {}).get(RECIPE) == recipe and (meta or {}).get("state") in (VERIFIED, LOADED) for meta in metas)
+
+
 def made_meanwhile(client: RedisClient, server: ServerInfo, decl: Declared, path: str, lock_wait: float) -> str:
     """A key that appeared at a declared filter's name after the plan: judged once no run holds
     its lock (a run still making it raises LockHeld, and is waited for), as the plan judges a
@@ -450,8 +468,16 @@ def made_meanwhile(client: RedisClient, server: ServerInfo, decl: Declared, path
 
     with FilterLock(client, decl.key, command="bloomctl apply", wait=lock_wait):
         change = change_for(client, server, decl, path)
-    if change.action == UNCHANGED:
+        built = change.action == UNCHANGED and _built_from_its_source(client, decl)
+    if built:
         return MEANWHILE
+    if change.action == UNCHANGED:  # the application's own BF.RESERVE, an auto-created filter: empty
+        raise StateConflict(
+            "%r appeared meanwhile as declared, but no rebuild from its source made it (every source item "
+            "would be missing): nothing built over it; resolve: %s",
+            decl.key,
+            drift_fix(decl, path, []),
+        )
     fix = f"; resolve: {change.fix}" if change.fix else ""
     if change.action == CREATE:
         raise StateConflict("%r appeared and went again while it was being made: run apply again", decl.key)
