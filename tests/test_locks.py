@@ -398,3 +398,36 @@ def test_a_reserve_the_server_refuses_leaves_no_loading_standby_metadata(target,
     result = _rebuild_without_function(target, tmp_path, "users", "--build", "server", denied=denied)
     _assert_refused_leaving_no_mark(target, result, "users", f"'{denied}'")
     assert target.card("users") == 1
+
+
+@SIGNALS_LOCKS_ERRORS
+def test_a_signal_during_the_standbys_reserve_leaves_no_loading_mark(target, tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (both KeyboardInterrupt here) while a standby is reserved, before the load:
+    the `loading` mark written just before stayed, with no TTL, and nothing marked it `interrupted`
+    (the load's handler starts after the reserve). The run's empty standbys are removed, and the
+    active filter, the lock and every other member are as they were."""
+    from bloomctl.rebuild import RebuildOptions, rebuild
+    from bloomctl.sources import CsvSource
+
+    target.reserve("users", 1000)
+    target.add("users", ["user:0"])
+    csv = tmp_path / "ids.csv"
+    csv.write_text("id\n" + "".join(f"id:{i}\n" for i in range(100)))
+    backend_class = type(target.backend)
+    real_reserve = backend_class.reserve
+
+    def reserved_then_signalled(self, client, key, plan, *args, **kwargs):
+        real_reserve(self, client, key, plan, *args, **kwargs)
+        raise KeyboardInterrupt  # the signal handler's, as the reply came in
+
+    monkeypatch.setattr(backend_class, "reserve", reserved_then_signalled)
+    nonscaling = target.backend.name == "bitmap"
+    options = RebuildOptions(
+        capacity=500, error_rate=0.01, swap=True, nonscaling=nonscaling, backend=target.backend.name
+    )
+    with pytest.raises(KeyboardInterrupt):
+        rebuild(target.client, detect(target.client), "users", CsvSource(str(csv)), options)
+    family = KeyFamily.of("users")
+    left = {k: target.client.pttl(k) for k in (family.standby, family.standby_meta, family.standby_log, family.lock)}
+    assert all(ttl == -2 for ttl in left.values()), (left, target.client.hgetall(family.standby_meta))
+    assert target.card("users") == 1

@@ -147,23 +147,34 @@ def reserve_standbys(
         meta["dual"] = "log"  # the application's writes go to the log until the rebuild replays it
     if recipe is not None:
         meta[RECIPE] = recipe
-    for member in targets.families:
-        check_log(client, member.standby_log)
-        leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
-        client.unlink(member.standby, member.standby_meta, member.standby_log, *([leftover] if leftover else []))
-        client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
-        try:
-            backend.reserve(client, member.standby, targets.plan)
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                standbys.discard()
-                raise out_of_memory(exc, member.standby) from None
-            # a reserve the server refused (a user denied FCALL or BF.RESERVE): nothing was loaded,
-            # and a `loading` mark with no standby would only keep `swap` refusing until the next run
-            with contextlib.suppress(Exception):
-                standbys.discard()
-            raise
+    try:
+        for member in targets.families:
+            _reserve_member(client, backend, targets, member, meta, standbys)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (a large bitmap's SET takes a while): nothing was
+        with contextlib.suppress(Exception):  # loaded, and a `loading` mark would stay without TTL
+            standbys.discard()
+        raise
     return standbys
+
+
+def _reserve_member(
+    client: RedisClient, backend: Backend, targets: Targets, member: KeyFamily, meta: dict[str, str], standbys: Standbys
+) -> None:
+    check_log(client, member.standby_log)
+    leftover = client.hget(member.standby_meta, "build")  # a killed run's upload copy (it expires anyway)
+    client.unlink(member.standby, member.standby_meta, member.standby_log, *([leftover] if leftover else []))
+    client.hset(member.standby_meta, mapping=meta)  # marked before it exists: no unmarked window
+    try:
+        backend.reserve(client, member.standby, targets.plan)
+    except Exception as exc:
+        if is_out_of_memory(exc):
+            standbys.discard()
+            raise out_of_memory(exc, member.standby) from None
+        # a reserve the server refused (a user denied FCALL or BF.RESERVE): nothing was loaded,
+        # and a `loading` mark with no standby would only keep `swap` refusing until the next run
+        with contextlib.suppress(Exception):
+            standbys.discard()
+        raise
 
 
 def check_log(client: RedisClient, log: bytes) -> None:
