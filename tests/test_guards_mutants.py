@@ -254,6 +254,7 @@ def test_releasing_a_lock_never_taken_is_harmless_and_the_renewal_never_holds_th
         ("redis://user:sec?ret", "redis://user:***", "redis://user:***"),  # a '?' of the password's own
         ("redis://user:123456", "redis://user:***", "redis://user:***"),  # digits, but no port
         ("redis://h:65535/0", "redis://h:65535/0", "redis://h:65535/0"),  # the highest port is one
+        ("redis://h:65536/0", "redis://h:***", "redis://h:***"),  # and the next number is none
         ("redis://[::1]:6379/0", "redis://[::1]:6379/0", "redis://[::1]:6379/0"),  # an IPv6 host's colons
         ("redis://[::1]:secret/0", "redis://[::1]:***", "redis://[::1]:***"),  # and a "port" after it
         ("redis://[::]:6379/0", "redis://[::]:6379/0", "redis://[::]:6379/0"),  # a colon just before the ']'
