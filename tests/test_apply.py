@@ -221,6 +221,56 @@ def test_two_applies_at_once_make_each_filter_once_and_both_succeed(plain, tmp_p
     assert client.exists("w") and backends.for_key(client, "r1").info(client, "r1").reserved_capacity == 1000
 
 
+def test_apply_and_a_cron_rebuild_all_at_once_build_each_filter_once(plain, tmp_path):
+    """A deploy's apply and cron's `rebuild --all --due` start together on a file whose filters are
+    missing. Both decided "first build"; the one that took a lock second built the filter again
+    over the other's (its `old` kept an hour, the build's time and memory twice; a sharded filter's
+    manifest refused, verified standbys left without TTL). A first build of --all now builds nothing
+    where a rebuild from the source made the filter meanwhile; each filter is built once."""
+    path = _slow_file(plain, tmp_path)
+    command = [sys.executable, "-m", "bloomctl", "--config", str(path), "rebuild", "--all", "--due"]
+    cron = subprocess.Popen(
+        [*command, "--lock-wait", "30", "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deploy = _apply_process(path)
+    (cron_out, cron_err), (apply_out, apply_err) = cron.communicate(timeout=90), deploy.communicate(timeout=90)
+    assert cron.returncode == 0, cron_err.decode()
+    assert deploy.returncode == 0, apply_err.decode()
+    runs = {run["name"]: run for run in json.loads(cron_out)["filters"]}
+    applied = {c["filter"]: c.get("result") for c in json.loads(apply_out)["changes"]}
+    meanwhile = [name for name in ("b1", "b2") if "made meanwhile" in runs[name]["detail"]]
+    meanwhile += [name for name in ("b1", "b2") if applied.get(name) and "made meanwhile" in applied[name]["message"]]
+    assert meanwhile, (runs, applied, "the two runs did not overlap: nothing was tested")
+    client = client_of(plain)
+    for name in ("b1", "b2"):
+        assert backends.for_key(client, name).card(client, name) == 20_000
+        assert not client.exists(KeyFamily.of(name).old), f"{name} built twice: a second build replaced the first"
+
+
+def test_a_filter_reserved_meanwhile_is_built_by_rebuild_all(plain, tmp_path, monkeypatch, cli):
+    """The first build of --all meets, under the lock, a filter the application reserved after
+    the decision: nothing built it from its source, so it is built now (as the schedule's "never
+    built from its source" is), not reported made by another run."""
+    from bloomctl.declared import schedule
+
+    path = _slow_file(plain, tmp_path)
+    real_decide = schedule.decide
+
+    def decide_then_reserve(client, decl, **kwargs):
+        decision = real_decide(client, decl, **kwargs)
+        if decl.name == "b1" and decision.reason == schedule.FIRST_BUILD:
+            assert cli_reserve(plain, "b1", "50000") == 0  # the application's, after the decision
+        return decision
+
+    monkeypatch.setattr(schedule, "decide", decide_then_reserve)
+    result = cli("--config", str(path), "rebuild", "--all", "--due", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    run = {r["name"]: r for r in json.loads(result.stdout)["filters"]}["b1"]
+    assert run["action"] == "rebuild" and run["swapped"] and "made meanwhile" not in run["detail"], run
+    client = client_of(plain)
+    assert backends.for_key(client, "b1").card(client, "b1") == 20_000
+
+
 def test_a_held_filter_is_waited_for_then_made_here_or_left_with_exit_6(plain, tmp_path):
     """A filter whose lock another run holds: made here once that run lets go without making it;
     still held after --lock-wait, it is the one thing left undone (exit 6, the holder named), and

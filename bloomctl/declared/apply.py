@@ -441,7 +441,7 @@ def _make(client: RedisClient, server: ServerInfo, change: Change, build: Build,
     return f"built from its source: {rebuilt.source.items:,} items, swapped in"
 
 
-def _built_from_its_source(client: RedisClient, decl: Declared) -> bool:
+def built_from_its_source(client: RedisClient, decl: Declared) -> bool:
     """Whether a rebuild from the declared source made the filter at ``decl``'s key: its
     metadata (each member's) records that recipe and a finished build. A filter made otherwise
     matches its declaration's parameters all the same (they are all a plan can judge)."""
@@ -468,7 +468,7 @@ def made_meanwhile(client: RedisClient, server: ServerInfo, decl: Declared, path
 
     with FilterLock(client, decl.key, command="bloomctl apply", wait=lock_wait):
         change = change_for(client, server, decl, path)
-        built = change.action == UNCHANGED and _built_from_its_source(client, decl)
+        built = change.action == UNCHANGED and built_from_its_source(client, decl)
     if built:
         return MEANWHILE
     if change.action == UNCHANGED:  # the application's own BF.RESERVE, an auto-created filter: empty

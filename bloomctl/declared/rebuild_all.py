@@ -16,7 +16,7 @@ from typing import Any
 from bloomctl.declared.config import Declared
 from bloomctl.declared.declarations import declared_inputs, rebuild_defaults
 from bloomctl.declared.fleet import Fleet, Log, no_log
-from bloomctl.errors import ExitCode, first_line
+from bloomctl.errors import ExitCode, MadeMeanwhile, first_line
 from bloomctl.server.capabilities import ServerInfo
 from bloomctl.server.client import RedisClient
 
@@ -127,7 +127,27 @@ class RebuildAll:
             self._rotate(client, server, decl, run)
             return
         source, options = declared_inputs(decl, self.options, self.explicit)
-        self.rebuild(client, server, decl.key, source, options, run)
+        if decision.reason == schedule.FIRST_BUILD:  # under the lock, nothing built if another run
+            options["only_if_missing"] = True  # (an apply, say) made it meanwhile
+        try:
+            self.rebuild(client, server, decl.key, source, options, run)
+        except MadeMeanwhile:
+            self._made_meanwhile(client, server, decl, source, options, run)
+
+    def _made_meanwhile(
+        self, client: RedisClient, server: ServerInfo, decl: Declared, source: Any, options: Any, run: Run
+    ) -> None:
+        """A first build that found the filter made while it waited for the lock: done, when a
+        rebuild from the declared source made it; else (the application's own reserve) built now,
+        as a filter never built from its source is."""
+        from bloomctl.declared.apply import built_from_its_source
+
+        if built_from_its_source(client, decl):
+            run.code, run.action, run.detail = int(ExitCode.OK), "skip", "made meanwhile by another run"
+            self.log(f"{decl.name}: skipped: {run.detail}", {"filter": decl.name, "action": "skip"}, "info")
+            return
+        run.reason = "made meanwhile, never built from its source"
+        self.rebuild(client, server, decl.key, source, {**options, "only_if_missing": False}, run)
 
     def _rotate(self, client: RedisClient, server: ServerInfo, decl: Declared, run: Run) -> None:
         from bloomctl import window

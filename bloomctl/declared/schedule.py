@@ -22,6 +22,7 @@ from bloomctl.lifecycle.metadata import LOADED, RECIPE, VERIFIED
 from bloomctl.server.client import RedisClient
 
 REBUILD, ROTATE, SKIP = "rebuild", "rotate", "skip"
+FIRST_BUILD = "missing: its first build"
 SLACK, MAX_SLACK = 0.05, 3600.0  # `every` is met from 95% of it (at most an hour early): a daily job stays daily
 
 
@@ -74,7 +75,7 @@ def decide(client: RedisClient, decl: Declared, *, only_due: bool = True, now: f
             description = lifecycle.describe(client, decl.key)
         summary = summarize(description)
     except KeyMissing:
-        return Decision(decl, REBUILD, "missing: its first build")
+        return Decision(decl, REBUILD, FIRST_BUILD)
     except StateConflict:  # the rebuild says what is wrong, and exits with its code
         return Decision(decl, REBUILD, "the key holds no filter")
     members = getattr(description, "shards", None) or ()
