@@ -168,7 +168,7 @@ def limit(size: int, bits_set: int) -> float:
 def test_the_count_guard_of_the_tally_at_its_boundary(size, ones):
     """The header may count up to the estimate plus 8 sigmas or 1% of it (the larger) plus 3
     items, not one more; fewer items than the bits hold always pass (a filter written while dumped)."""
-    data = b"\xff" * ones + bytes(size - ones)
+    data = (b"\xff" + bytes(size // ones - 1)) * ones if ones else bytes(size)  # spread evenly, as bits are
     most = math.floor(limit(size, 8 * ones))
     if ones == 0:
         assert most == 3

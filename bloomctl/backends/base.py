@@ -394,6 +394,12 @@ class Backend(ABC):
         that header holds where the restore checks the fingerprints it loads against it, else None."""
         raise NotImplementedError
 
+    def data_sizes(self, member: dict[str, Any]) -> list[int] | None:
+        """Each sub-filter's bytes of data in a dumped member whose chunks a restore loads by their
+        cursor, where the restore must see each byte arrive once (a Bloom filter's bits are counted
+        anyway); None: not checked so."""
+        return None
+
     def fingerprints_in(self, data: bytes, offset: int, member: dict[str, Any]) -> int:
         """The fingerprints a loaded data chunk at ``offset`` holds (a cuckoo filter's taken slots,
         which must add up to its header's item count); 0 for a Bloom filter."""

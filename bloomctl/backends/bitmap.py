@@ -10,12 +10,13 @@ send FCALL gets the same answers.
 from __future__ import annotations
 
 import hashlib
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from bloomctl.backends.base import AnyPlan, FilterState, SubFilterState
+from bloomctl.backends.base import AnyPlan, DumpMismatch, FilterState, SubFilterState
 from bloomctl.backends.library import (  # noqa: F401 (their names here too: the library began as this backend's)
     FUNCTIONS,
     HANDLERS,
@@ -34,6 +35,7 @@ from bloomctl.errors import KeyMissing, StateConflict, UnsupportedServer, UsageE
 from bloomctl.keys import to_display
 from bloomctl.server.client import RedisClient
 from bloomctl.sizing.bloom import Plan
+from bloomctl.sizing.bloom import plan as make_plan
 
 FORMAT_VERSION = 1
 MAGIC = b"bloomctl"
@@ -151,6 +153,25 @@ class Bitmap(StringBackend):
         head = parse_header(data[:HEADER_BYTES])
         if head is None or HEADER_BYTES + head["bits"] // 8 != int(member["size_bytes"]) or head["bits"] % 64:
             raise self.not_the_header()
+        # The string's own parameters are those the dump's header lists, and its bits and hashes are
+        # what they give: a k one higher looks every item up at one more position, most of them unset.
+        rates = member.get("error_rates") or [None]
+        try:
+            sized = make_plan(head["capacity"], head["error_rate"], None).first
+        except (UsageError, ValueError, OverflowError):
+            sized = None
+        if (
+            (head["format"], head["scheme"]) != (FORMAT_VERSION, 1)
+            or head["capacity"] != member["capacity"]
+            or not math.isclose(head["error_rate"], rates[0] or -1.0, rel_tol=1e-9)
+            or sized is None
+            or (head["bits"], head["hashes"]) != (sized.bits, sized.hashes)
+        ):
+            raise DumpMismatch(
+                f"the filter's header is inconsistent: {head['bits']} bits and {head['hashes']} hashes for capacity "
+                f"{head['capacity']:,} and error rate {head['error_rate']!r} (format {head['format']}, scheme "
+                f"{head['scheme']}); the dump's header says capacity {member['capacity']!r}, error rate {rates[0]!r}"
+            )
         return None
 
     def info(self, client: RedisClient, key: bytes, *, with_header: bool = True) -> FilterState:

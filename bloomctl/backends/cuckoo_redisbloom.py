@@ -282,6 +282,12 @@ class RedisBloomCuckoo(ChunkedBackend, CuckooBackend):
     def fingerprints_in(self, data: bytes, offset: int, member: dict[str, Any]) -> int:
         return len(data) - data.count(0)  # a slot is one byte, zero while empty
 
+    def data_sizes(self, member: dict[str, Any]) -> list[int] | None:
+        """Each sub-filter's slots, a byte each (its header chunk matched ``member``): a chunk of
+        fingerprints sent twice in place of another would add up to the count all the same."""
+        subs = cuckoo_subs(member["buckets"], member["bucket_size"], member["expansion"] or 0, member["filters"])
+        return [sub.slots for sub in subs]
+
     def reserve_like(self, key: bytes, member: dict[str, Any]) -> tuple[Any, ...] | None:
         """CF.SCANDUMP of an empty filter answers no chunks: its restore reserves it with the
         dumped parameters."""

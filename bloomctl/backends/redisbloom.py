@@ -91,24 +91,60 @@ def header_problems(blob: bytes, member: dict[str, Any]) -> list[str]:
         problems.append(
             f"{len(subs)} sub-filters and {items} items, the dump's header says {member['filters']} and {member['items']}"
         )
-    for sub in subs:
+    problems += _scaling_problems(options, growth, member)
+    problems += _chain_problems(subs, growth, member)
+    # each sub-filter's n2: the power of two its positions are taken modulo, when it is not zero
+    n2s = [_LINK.unpack_from(blob, _HEADER.size + sub.index * _LINK.size)[7] for sub in subs]
+    for sub, n2 in zip(subs, n2s, strict=True):
         if not 0 < sub.error_rate < 1 or sub.capacity < 1:
             problems.append(f"sub-filter {sub.index}: capacity {sub.capacity}, error {sub.error_rate!r}")
             break
         sized = SubFilter.sized(sub.index, sub.capacity, sub.error_rate)
-        if options & OPT_NOROUND:
-            bits_ok = sub.bits == sized.bits
+        if options & OPT_NOROUND:  # (a non-zero n2 makes RedisBloom take positions modulo 2**n2, not bits)
+            bits_ok = sub.bits == sized.bits and n2 == 0
         else:  # older filters round up to a power of two: the bits RedisBloom's entries came from
-            bits_ok = sub.bits >= 64 and sub.bits & (sub.bits - 1) == 0
+            bits_ok = sub.bits >= 64 and sub.bits & (sub.bits - 1) == 0 and sub.bits == 1 << n2
         if not bits_ok or sub.hashes != sized.hashes or sub.bytes * 8 != sub.bits:
             problems.append(
-                f"sub-filter {sub.index} has {sub.bits} bits and {sub.hashes} hashes for capacity {sub.capacity}, "
-                f"error {sub.error_rate:g}"
+                f"sub-filter {sub.index} has {sub.bits} bits, {sub.hashes} hashes and n2 {n2} for capacity "
+                f"{sub.capacity}, error {sub.error_rate:g}"
             )
             break
     if 32 + 64 * len(subs) + sum(sub.bytes for sub in subs) != member["size_bytes"]:
         problems.append("its size does not add up")
     return problems
+
+
+def _scaling_problems(options: int, growth: int, member: dict[str, Any]) -> list[str]:
+    """Whether the chain grows, and by how much, as the dump's header says: a forged growth of 1000
+    makes the next sub-filter a thousand times the size."""
+    expansion = member.get("expansion")
+    if expansion is None:
+        return [] if options & OPT_NO_SCALING else ["a growing chain, where the dump's header says it never grows"]
+    if options & OPT_NO_SCALING or growth != expansion:
+        return [f"growth {'none' if options & OPT_NO_SCALING else growth}, the dump's header says {expansion}"]
+    return []
+
+
+def _chain_problems(subs: list[SubFilterState], growth: int, member: dict[str, Any]) -> list[str]:
+    """Each sub-filter's capacity and error rate as the dump's header lists them, and as RedisBloom
+    chains them (each new one ``growth`` times the capacity, half the error rate, of the last):
+    other numbers give the same bits other hashes, and every item is looked up elsewhere."""
+    rates = member.get("error_rates")
+    capacity = member.get("capacity")
+    for sub in subs:
+        if sub.index:
+            last = subs[sub.index - 1]
+            capacity, expected_rate = last.capacity * growth, last.error_rate * 0.5
+        else:
+            expected_rate = sub.error_rate
+        listed = rates[sub.index] if isinstance(rates, list) and sub.index < len(rates) else None
+        if sub.capacity != capacity or sub.error_rate != expected_rate or sub.error_rate != listed:
+            return [
+                f"sub-filter {sub.index} has capacity {sub.capacity:,} and error {sub.error_rate!r}, the dump's "
+                f"header says {capacity!r} and {listed!r}"
+            ]
+    return []
 
 
 class RedisBloom(ChunkedBackend):

@@ -113,9 +113,11 @@ def _bytes_left(stream: IO[bytes]) -> int | None:
 
 def _chunk_bytes(stream: IO[bytes], left: int, name: str) -> int | None:
     """The bytes of chunk data the records after the header hold, walked by their headers (each
-    chunk's data skipped with a seek); None where the walk does not come to the end record (a
-    record the reader will refuse with its own words) or the stream cannot seek. Bytes after the
-    end record are refused here. The stream is put back where it was."""
+    chunk's data skipped with a seek), up to the end record, or to where the walk breaks (a record
+    the reader will refuse with its own words, a chunk past the file's end): only the chunks before
+    it can be loaded, and a sparse run of zeros in place of data and end record holds none. None
+    where the stream cannot seek. Bytes after the end record are refused here. The stream is put
+    back where it was."""
     try:
         start = stream.tell()
     except (AttributeError, OSError, ValueError):
@@ -129,8 +131,10 @@ def _chunk_bytes(stream: IO[bytes], left: int, name: str) -> int | None:
             elif kind == b"C":
                 head = stream.read(_CHUNK.size)
                 if len(head) != _CHUNK.size:
-                    return None
+                    return total
                 length = _CHUNK.unpack(head)[1]
+                if stream.tell() + length + _U32.size > end:
+                    return total  # its data runs past the file's end
                 total += length
                 stream.seek(length + _U32.size, os.SEEK_CUR)
             elif kind == b"Z":
@@ -138,11 +142,11 @@ def _chunk_bytes(stream: IO[bytes], left: int, name: str) -> int | None:
                     raise DumpCorrupt("%s is corrupt: bytes follow its end", name)
                 return total
             else:
-                return None
+                return total
             if stream.tell() > end:
-                return None
+                return total
     except (OSError, ValueError):
-        return None
+        return total
     finally:
         stream.seek(start)
 

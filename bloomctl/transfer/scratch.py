@@ -48,6 +48,31 @@ def popcount(data: bytes) -> int:
     return int(bitwise_count(frombuffer(data, uint64, words)).sum()) + tail
 
 
+WINDOW_BYTES = 4096  # the stretch of bits whose fill is compared with its sub-filter's
+WINDOW_SIGMAS = 8.0  # a stretch this many standard deviations emptier than its sub-filter is refused
+
+
+def sparsest_window(data: bytes) -> tuple[int, int] | None:
+    """The fewest set bits in a whole ``WINDOW_BYTES`` stretch of ``data`` (from its start), and
+    where that stretch begins; None when ``data`` holds no whole stretch."""
+    windows = len(data) // WINDOW_BYTES
+    if not windows:
+        return None
+    try:
+        from numpy import bitwise_count, frombuffer, uint64
+    except ImportError:  # (numpy before 2.0 has no bitwise_count)
+        counts = [
+            int.from_bytes(data[i * WINDOW_BYTES : (i + 1) * WINDOW_BYTES], "little").bit_count()
+            for i in range(windows)
+        ]
+        least = min(range(windows), key=counts.__getitem__)
+        return counts[least], least * WINDOW_BYTES
+    words = frombuffer(data, uint64, windows * WINDOW_BYTES // 8).reshape(windows, WINDOW_BYTES // 8)
+    sums = bitwise_count(words).sum(axis=1, dtype="int64")
+    least = int(sums.argmin())
+    return int(sums[least]), least * WINDOW_BYTES
+
+
 def estimated_items(bits: int, hashes: int, bits_set: int) -> tuple[float, float]:
     """The items a Bloom sub-filter of ``bits`` and ``hashes`` holds, from its ``bits_set`` X:
     n = -(m/k) ln(1 - X/m), and the standard deviation of that estimate, sqrt(m (e^l - 1 - l)) / k
@@ -64,19 +89,26 @@ class BitTally:
     filter counts. A header with no data, or a chunk zeroed, claims items whose bits are not there:
     a swap would trust that count, and every one of those items would be missing."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, count_bits: bool = True) -> None:
         self.name = name
+        self.count_bits = count_bits  # False: only where each chunk lands (a cuckoo filter's slots)
         self.offset = 0  # the next byte of the data
         self.ends: list[int] | None = None  # each sub-filter's end in the data, once the header is loaded
         self.counts = [0]
+        self.sparsest: list[tuple[int, int] | None] = [None]  # per sub-filter: (set bits, byte) of its emptiest stretch
         self.current = 0
 
     def layout(self, subs: Sequence[SubFilterState]) -> None:
         """The sub-filters as the loaded header declares them (a filter in one string has one)."""
+        self.layout_sizes([sub.bytes for sub in subs])
+
+    def layout_sizes(self, sizes: Sequence[int]) -> None:
+        """Each sub-filter's bytes, in order."""
         self.ends = []
-        for sub in subs:
-            self.ends.append((self.ends[-1] if self.ends else 0) + sub.bytes)
+        for size in sizes:
+            self.ends.append((self.ends[-1] if self.ends else 0) + size)
         self.counts += [0] * (len(self.ends) - len(self.counts))  # (a string's bits were counted before)
+        self.sparsest += [None] * (len(self.ends) - len(self.sparsest))
 
     def add(self, start: int, data: bytes) -> None:
         """The data at byte ``start`` of the filter's bits: the next, inside one sub-filter."""
@@ -95,7 +127,12 @@ class BitTally:
                     f"{start:,}",
                     f"{self.ends[-1] if self.ends else 0:,}",
                 )
-        self.counts[self.current] += popcount(data)
+        if self.count_bits:
+            self.counts[self.current] += popcount(data)
+            window = sparsest_window(data)
+            known = self.sparsest[self.current]
+            if window is not None and (known is None or window[0] < known[0]):
+                self.sparsest[self.current] = (window[0], start + window[1])
         self.offset = end
 
     def check(self, subs: Sequence[SubFilterState]) -> None:
@@ -104,6 +141,12 @@ class BitTally:
         items while it was dumped, or is past its capacity)."""
         if self.ends is None:
             self.layout(subs)
+        self.covered()
+        self.check_counts(subs)
+
+    def covered(self) -> None:
+        """Every byte of the sub-filters arrived, each once (a chunk sent twice in place of another
+        is refused as it arrives: it does not start where the last one ended)."""
         assert self.ends is not None
         total = self.ends[-1] if self.ends else 0
         if self.offset != total:
@@ -113,6 +156,11 @@ class BitTally:
                 f"{self.offset:,}",
                 f"{total:,}",
             )
+
+    def check_counts(self, subs: Sequence[SubFilterState]) -> None:
+        """Each sub-filter's bits hold about the items it counts, and none of its stretches is far
+        emptier than the whole: an item's bits are spread over its sub-filter, so a stretch zeroed
+        with the count lowered to match loses most items, while the estimate sees a smaller filter."""
         for sub, bits_set in zip(subs, self.counts, strict=True):
             estimate, spread = estimated_items(sub.bits, sub.hashes, bits_set)
             # (the share a parallel build may leave, so that a dump of any filter bloomctl built restores)
@@ -126,6 +174,28 @@ class BitTally:
                     f" in sub-filter {sub.index}" if len(subs) > 1 else "",
                     f"{sub.items:,}",
                 )
+        for sub, bits_set, sparsest in zip(subs, self.counts, self.sparsest, strict=True):
+            self._check_sparsest(sub, bits_set, sparsest, len(subs))
+
+    def _check_sparsest(self, sub: SubFilterState, bits_set: int, sparsest: tuple[int, int] | None, subs: int) -> None:
+        if sparsest is None or not sub.bits:
+            return
+        fill = bits_set / sub.bits
+        width = WINDOW_BYTES * 8
+        spread = math.sqrt(width * fill * (1 - fill))
+        floor = width * fill - WINDOW_SIGMAS * spread - 16  # (16: near a full fill, the few unset bits)
+        if sparsest[0] < floor:
+            raise DumpCorrupt(
+                "%s: %s bytes of its bits at byte %s%s hold %s set bits, where its fill (%.1f%%) gives about %s: "
+                "the dump is damaged or forged (those items would be missing); dump the filter again",
+                self.name,
+                f"{WINDOW_BYTES:,}",
+                f"{sparsest[1]:,}",
+                f" (sub-filter {sub.index})" if subs > 1 else "",
+                f"{sparsest[0]:,}",
+                fill * 100,
+                f"{width * fill:,.0f}",
+            )
 
 
 class StreamedSet:
@@ -190,6 +260,7 @@ class ScratchWriter:
         self.fingerprints = 0  # a cuckoo filter's taken slots, counted as the chunks pass
         self.counted_items: int | None = None  # and the item count its own header holds
         self.tally = BitTally(name) if backend.kind == "bloom" else None  # a Bloom filter's set bits
+        self.slots: BitTally | None = None  # where a chunked cuckoo filter's chunks land: each slot once
 
     def write(self, chunk: Chunk) -> None:
         import redis
@@ -201,10 +272,15 @@ class ScratchWriter:
             return
         if not self.started:
             self.counted_items = self._check_first(chunk)
+            sizes = self.backend.data_sizes(self.member)
+            if sizes is not None:
+                self.slots = BitTally(self.name, count_bits=False)
+                self.slots.layout_sizes(sizes)
         else:
             self.fingerprints += self._fingerprints(chunk)
-            if self.tally is not None:
-                self.tally.add(chunk_start(chunk.cursor, len(chunk.data)), chunk.data)
+            for tally in (self.tally, self.slots):
+                if tally is not None:
+                    tally.add(chunk_start(chunk.cursor, len(chunk.data)), chunk.data)
         try:
             if not self.started:  # the header creates the key: with its TTL, in one MULTI
                 pipe = self.client.pipeline(transaction=True)
@@ -291,6 +367,8 @@ class ScratchWriter:
                 raise DumpCorrupt("%s: the dump holds no chunks for it", self.name)
             self._reserve_empty(reserve)
             return
+        if self.slots is not None:
+            self.slots.covered()
         if self.counted_items is not None and self.counted_items != self.fingerprints:
             # every fingerprint is one item a filter counted: a dump that says otherwise is forged, or was
             # read while the filter changed (a restored filter with a wrong count could not be dumped again)
