@@ -184,10 +184,11 @@ TARGETS = [
                 "test_the_count_guard_names_the_sub_filter_of_a_chain",
             ),
             "tests/test_restore_trust.py",
+            "tests/test_restore_forged.py",
             "-k",
             "test_guards_mutants_more or not cluster",
         ),
-        only=("popcount", "estimated_items", "BitTally"),
+        only=("popcount", "estimated_items", "sparsest_window", "BitTally"),
     ),
     Target(
         "dumpfile",
@@ -204,9 +205,10 @@ TARGETS = [
                 "test_a_chunk_for_an_empty_cuckoo_member_is_refused_and_only_for_it",
             ),
             "tests/test_restore_trust.py",
+            "tests/test_restore_forged.py",
             "tests/test_transfer.py",
             "-k",
-            "test_guards_mutants_more or (test_restore_trust and not cluster)"
+            "test_guards_mutants_more or test_restore_forged or (test_restore_trust and not cluster)"
             " or ((bad_file or written_whole or forged or malformed or cuckoo_header) and not cluster)",
         ),
         only=("_Hashing", "_bytes_left", "_chunk_bytes", "declared_data", "_chunkless", "Reader"),
