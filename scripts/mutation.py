@@ -256,12 +256,14 @@ TARGETS = [
             *more(
                 "test_the_loader_takes_a_bitmap_filter_to_its_capacity_and_not_one_item_past",
                 "test_a_full_redisbloom_filter_stops_the_load_naming_its_capacity",
+                "test_a_full_cuckoo_filter_stops_the_rebuild_naming_its_capacity_on_both_backends",
+                "test_a_write_error_other_than_a_full_filter_is_not_called_its_capacity",
             ),
             "tests/test_swap_guards.py",
             "-k",
             "test_guards_mutants_more or (over_its_capacity and bitmap-standalone)",
         ),
-        only=("over_capacity", "Loader.read"),
+        only=("over_capacity", "Loader.read", "_reached_capacity"),
     ),
     Target(
         "capacity-build",

@@ -596,6 +596,37 @@ def test_a_full_redisbloom_filter_stops_the_load_naming_its_capacity(bloom):
         Loader(client, backend, b"full", batch_size=10).load([[f"user:{i}".encode() for i in range(200)]])
 
 
+def test_a_full_cuckoo_filter_stops_the_rebuild_naming_its_capacity_on_both_backends(cli_bloom, cli_plain, tmp_path):
+    """RedisBloom's CF.INSERT answers a cuckoo filter at its most sub-filters with one error for the
+    whole command, the module-free backend with -1 per item: both are the filter's capacity (exit
+    5, what to raise), where RedisBloom's was a "server error" (exit 3) with no advice."""
+    path = tmp_path / "ids.csv"
+    path.write_text(
+        "id\n" + "".join(f"{i}\n" for i in range(20_000))
+    )  # more than sub-filters of 100 hold at their most
+    tiny = ("--type", "cuckoo", "--from-csv", str(path), "-c", "100", "--bucket-size", "1", "--max-iterations", "2")
+    for cli, more, said in (
+        (cli_bloom, ("--expansion", "1"), "Maximum expansions reached"),
+        (cli_plain, (), "the filter is full: no room"),
+    ):
+        result = cli("rebuild", "cq", *tiny, *more)
+        assert result.exit_code == 5, result.stderr
+        assert said in result.stderr and "the filter reached its capacity (raise --capacity" in result.stderr
+
+
+def test_a_write_error_other_than_a_full_filter_is_not_called_its_capacity(bloom):
+    import redis
+
+    from bloomctl import backends
+    from bloomctl.rebuild.loader import Loader
+    from bloomctl.server.connection import connect, settings_from
+
+    client = connect(settings_from(bloom.url))
+    client.set(b"text", b"not a filter")
+    with pytest.raises(redis.exceptions.ResponseError, match=r"^WRONGTYPE"):
+        Loader(client, backends.get("redisbloom-cuckoo"), b"text", batch_size=10).load([[b"a", b"b"]])
+
+
 def test_a_client_build_takes_a_filter_to_its_capacity_and_not_one_item_past(plain, bloom):
     """In the client: a bitmap filter (and a NONSCALING RedisBloom one) is refused one distinct
     item past its capacity, as the server refuses it; a scaling RedisBloom one goes to the server."""

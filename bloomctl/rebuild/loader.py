@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from bloomctl.backends import Backend
 from bloomctl.defaults import DEFAULT_BATCH_SIZE, DEFAULT_WINDOW
 from bloomctl.errors import StateConflict
@@ -179,17 +181,20 @@ class Loader:
             time.sleep(ahead)
 
     def read(self, target: _Target, expected: int) -> None:
-        reply = target.conn.read_response()
+        try:
+            reply = target.conn.read_response()
+        except ResponseError as exc:
+            # RedisBloom's CF.INSERT answers a cuckoo filter that may grow no more with one error
+            # for the whole command, not per item: the same full filter, not a server fault.
+            if _reached_capacity(str(exc)):
+                raise _full(target.key, str(exc)) from exc
+            raise
         if isinstance(reply, Exception):
             raise reply
         added = self.backend.count_added(reply, expected)
         if isinstance(added, str):  # BF.INSERT stops at its first error; CF.INSERT answers -1 where it found no slot
-            if "full" in added or "no room" in added or "Maximum expansions" in added:
-                raise StateConflict(
-                    "writing to %r failed: %s: the filter reached its capacity (raise `capacity` or `headroom`)",
-                    to_display(target.key),
-                    added,
-                )
+            if _reached_capacity(added):
+                raise _full(target.key, added)
             raise StateConflict("writing to %r failed: %s", to_display(target.key), added)
         self.stats.added += added
         self.stats.duplicates += expected - added
@@ -198,3 +203,20 @@ class Loader:
             raise over_capacity(target.key, target.added, self.limit)
         if self.progress is not None:
             self.progress(self.stats.added + self.stats.duplicates)
+
+
+def _reached_capacity(error: str) -> bool:
+    """Whether a write's error is a filter that takes no more items: a NONSCALING RedisBloom filter
+    ("non scaling filter is full", "Filter is full"), a cuckoo filter without a free slot (CF.INSERT's
+    -1, read as "the filter is full: no room for ...") or one at its most sub-filters ("Maximum
+    expansions reached"). Narrow on purpose: any other error, "full" in it or not, is not this."""
+    text = error.lower()
+    return "filter is full" in text or "no room" in text or "maximum expansions" in text
+
+
+def _full(key: bytes, error: str) -> StateConflict:
+    return StateConflict(
+        "writing to %r failed: %s: the filter reached its capacity (raise `capacity` or `headroom`)",
+        to_display(key),
+        error,
+    )
